@@ -1,0 +1,1 @@
+"""kafkalog-ds: Kafka-format logs without a broker. The `kafkalog` command lives in kafkalog_ds.cli."""

@@ -1,0 +1,1 @@
+"""The PySpark Python Data Source for kafkalog (option parsing, planning, Arrow conversion)."""

@@ -1,0 +1,435 @@
+"""The filesystem seam: every byte the engine reads or writes goes through LogFileSystem.
+
+Implementations declare what they can do (append, atomic rename, exclusive create, locks) so the
+log code chooses a protocol by capability, never by URL scheme. Paths are '/'-separated strings.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import errno
+import fcntl
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import fsspec
+
+from .errors import KafkaStorageError, LogLockedError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    append: bool  # bytes can be added to the end of an existing file
+    atomic_rename: bool  # rename replaces the target in one step
+    exclusive_create: bool  # create fails if the file exists (O_EXCL / If-None-Match)
+    locks: bool  # advisory exclusive locks shared by every process that uses the store
+    fsync: bool  # durability needs an explicit flush to stable storage
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    name: str  # base name within the listed directory
+    size: int
+    is_dir: bool
+
+
+class Appender(abc.ABC):
+    """An open file positioned at its end: write, flush (optionally to stable storage), truncate."""
+
+    @abc.abstractmethod
+    def write(self, data) -> None:
+        ...
+
+    @abc.abstractmethod
+    def flush(self, fsync: bool = True) -> None:
+        ...
+
+    @abc.abstractmethod
+    def truncate(self, size: int) -> None:
+        ...
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        ...
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        ...
+
+
+class LogFileSystem(abc.ABC):
+    """What the log engine needs from storage. Subclasses map it to a concrete store."""
+
+    capabilities: Capabilities
+    protocol: str = "file"
+
+    # -- names
+    @staticmethod
+    def join(*parts: str) -> str:
+        return "/".join(p.rstrip("/") if i == 0 else p.strip("/") for i, p in enumerate(parts) if p != "")
+
+    @staticmethod
+    def basename(path: str) -> str:
+        return path.rstrip("/").rsplit("/", 1)[-1]
+
+    @staticmethod
+    def dirname(path: str) -> str:
+        return path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else ""
+
+    def url(self, path: str) -> str:
+        """How a path is shown to people (error messages, CLI output)."""
+        return path
+
+    # -- reads
+    @abc.abstractmethod
+    def exists(self, path: str) -> bool: ...
+    @abc.abstractmethod
+    def isdir(self, path: str) -> bool: ...
+    @abc.abstractmethod
+    def listdir(self, path: str) -> list[FileInfo]: ...
+    @abc.abstractmethod
+    def size(self, path: str) -> int: ...
+    @abc.abstractmethod
+    def read(self, path: str, start: int = 0, end: int | None = None) -> bytes: ...
+    @abc.abstractmethod
+    def modified_ms(self, path: str) -> int: ...
+
+    # -- writes
+    @abc.abstractmethod
+    def write_atomic(self, path: str, data: bytes, *, durable: bool = True) -> None: ...
+    @abc.abstractmethod
+    def create_exclusive(self, path: str, data: bytes) -> bool: ...
+    @abc.abstractmethod
+    def open_appender(self, path: str, *, create: bool = True) -> Appender: ...
+    @abc.abstractmethod
+    def truncate(self, path: str, size: int) -> None: ...
+    @abc.abstractmethod
+    def rename(self, src: str, dst: str) -> None: ...
+    @abc.abstractmethod
+    def delete(self, path: str, *, missing_ok: bool = True) -> None: ...
+    @abc.abstractmethod
+    def delete_dir(self, path: str) -> None: ...
+    @abc.abstractmethod
+    def mkdirs(self, path: str) -> None: ...
+    @abc.abstractmethod
+    def sync_dir(self, path: str) -> None: ...
+    @abc.abstractmethod
+    def touch(self, path: str) -> None: ...
+
+    # -- coordination
+    @abc.abstractmethod
+    def lock(self, path: str, *, timeout: float | None = None) -> contextlib.AbstractContextManager: ...
+
+
+# ---------------------------------------------------------------- local disk
+
+
+class _LocalAppender(Appender):
+    def __init__(self, path: str, create: bool):
+        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open {path} for append: {e.strerror}") from e
+        self._path = path
+        self._size = os.fstat(self._fd).st_size
+
+    def write(self, data) -> None:
+        view = memoryview(data)
+        while view.nbytes:
+            n = os.write(self._fd, view)
+            view = view[n:]
+            self._size += n
+
+    def flush(self, fsync: bool = True) -> None:
+        if fsync:
+            os.fsync(self._fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self._fd, size)
+        self._size = size
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
+class LocalFileSystem(LogFileSystem):
+    """POSIX local disk: O_APPEND writes, fsync, rename(2), O_EXCL and flock(2)."""
+
+    capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=True)
+    protocol = "file"
+
+    def __init__(self):
+        self._fs = fsspec.filesystem("file")
+
+    def exists(self, path):
+        return os.path.exists(path)
+
+    def isdir(self, path):
+        return os.path.isdir(path)
+
+    def listdir(self, path):
+        try:
+            with os.scandir(path) as it:
+                out = []
+                for e in it:
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:  # removed between listing and stat
+                        continue
+                    out.append(FileInfo(e.name, st.st_size, e.is_dir()))
+                return out
+        except FileNotFoundError:
+            return []
+
+    def size(self, path):
+        return os.path.getsize(path)
+
+    def read(self, path, start=0, end=None):
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(-1 if end is None else max(0, end - start))
+
+    def modified_ms(self, path):
+        return int(os.stat(path).st_mtime * 1000)
+
+    def touch(self, path):
+        os.utime(path)
+
+    def write_atomic(self, path, data, *, durable=True):
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if durable:
+            self.sync_dir(os.path.dirname(path) or ".")
+
+    def create_exclusive(self, path, data):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
+
+    def open_appender(self, path, *, create=True):
+        return _LocalAppender(path, create)
+
+    def truncate(self, path, size):
+        os.truncate(path, size)
+
+    def rename(self, src, dst):
+        os.replace(src, dst)
+
+    def delete(self, path, *, missing_ok=True):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def delete_dir(self, path):
+        self._fs.rm(path, recursive=True)
+
+    def mkdirs(self, path):
+        os.makedirs(path, exist_ok=True)
+
+    def sync_dir(self, path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def lock(self, path, *, timeout=None):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise LogLockedError(f"{path} is locked by another process") from None
+                    time.sleep(0.01)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+
+# ---------------------------------------------------------------- fsspec memory (tests)
+
+
+class _MemoryAppender(Appender):
+    def __init__(self, fs: "MemoryFileSystem", path: str, create: bool):
+        if not fs._fs.exists(path):
+            if not create:
+                raise KafkaStorageError(f"cannot open {path} for append: no such file")
+            fs._fs.pipe_file(path, b"")
+        self._fs = fs
+        self._path = path
+
+    def write(self, data) -> None:
+        with self._fs._fs.open(self._path, "ab") as f:
+            f.write(bytes(data))
+
+    def flush(self, fsync: bool = True) -> None:
+        pass
+
+    def truncate(self, size: int) -> None:
+        self._fs.truncate(self._path, size)
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def size(self) -> int:
+        return self._fs.size(self._path)
+
+
+_memory_locks: dict[str, threading.Lock] = {}
+_memory_locks_guard = threading.Lock()
+_memory_touched: dict[str, int] = {}  # modification marks (fsspec's memory store keeps creation time only)
+
+
+class MemoryFileSystem(LogFileSystem):
+    """fsspec's process-wide memory store, for fast unit tests. Locks are per process."""
+
+    capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=False)
+    protocol = "memory"
+
+    def __init__(self):
+        self._fs = fsspec.filesystem("memory")
+        self._guard = threading.Lock()
+        self._touched = _memory_touched
+
+    def url(self, path):
+        return f"memory://{path}"
+
+    def _norm(self, path: str) -> str:
+        return self._fs._strip_protocol(path)
+
+    def exists(self, path):
+        return self._fs.exists(path)
+
+    def isdir(self, path):
+        return self._fs.isdir(path)
+
+    def listdir(self, path):
+        if not self._fs.isdir(path):
+            return []
+        out = []
+        for entry in self._fs.ls(path, detail=True):
+            out.append(FileInfo(self.basename(entry["name"]), int(entry.get("size") or 0),
+                                entry["type"] == "directory"))
+        return out
+
+    def size(self, path):
+        return int(self._fs.size(path))
+
+    def read(self, path, start=0, end=None):
+        return self._fs.cat_file(path, start=start, end=end)
+
+    def modified_ms(self, path):
+        key = self._norm(path)
+        if key in self._touched:
+            return self._touched[key]
+        created = self._fs.info(path).get("created")
+        return int(created.timestamp() * 1000) if created is not None else int(time.time() * 1000)
+
+    def touch(self, path):
+        self._touched[self._norm(path)] = int(time.time() * 1000)
+
+    def write_atomic(self, path, data, *, durable=True):
+        self._fs.pipe_file(path, bytes(data))
+
+    def create_exclusive(self, path, data):
+        with self._guard:
+            if self._fs.exists(path):
+                return False
+            self._fs.pipe_file(path, bytes(data))
+            return True
+
+    def open_appender(self, path, *, create=True):
+        return _MemoryAppender(self, path, create)
+
+    def truncate(self, path, size):
+        with self._guard:
+            data = self._fs.cat_file(path)
+            self._fs.pipe_file(path, data[:size] + b"\0" * max(0, size - len(data)))
+
+    def rename(self, src, dst):
+        with self._guard:
+            data = self._fs.cat_file(src)
+            self._fs.pipe_file(dst, data)
+            self._fs.rm_file(src)
+
+    def delete(self, path, *, missing_ok=True):
+        try:
+            self._fs.rm_file(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def delete_dir(self, path):
+        if self._fs.exists(path):
+            self._fs.rm(path, recursive=True)
+
+    def mkdirs(self, path):
+        self._fs.makedirs(path, exist_ok=True)
+
+    def sync_dir(self, path):
+        pass
+
+    @contextlib.contextmanager
+    def lock(self, path, *, timeout=None):
+        key = self._norm(path)
+        with _memory_locks_guard:
+            lk = _memory_locks.setdefault(key, threading.Lock())
+        if not lk.acquire(timeout=-1 if timeout is None else timeout):
+            raise LogLockedError(f"{self.url(path)} is locked")
+        try:
+            yield
+        finally:
+            lk.release()
+
+
+def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogFileSystem, str]:
+    """Pick the filesystem for a log dir URL; returns (filesystem, path within it)."""
+    if "://" not in url:
+        return LocalFileSystem(), os.path.abspath(url)
+    protocol, rest = url.split("://", 1)
+    if protocol == "file":
+        return LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
+    if protocol == "memory":
+        return MemoryFileSystem(), "/" + rest.lstrip("/")
+    raise KafkaStorageError(
+        f"log dir {url!r}: filesystem {protocol!r} is not supported yet (local paths and memory:// are)")
+
+
+def iter_files(fs: LogFileSystem, path: str) -> Iterator[FileInfo]:
+    """Files (not directories) directly under `path`."""
+    return (f for f in fs.listdir(path) if not f.is_dir)

@@ -1,0 +1,414 @@
+"""Topic-level log config: Kafka's key names, defaults and validation rules (Kafka 3.x).
+
+Validation follows Kafka 3.x minimums, not Kafka 4's raised ones: segment.bytes >= 14,
+segment.ms >= 1, index.interval.bytes >= 0, and zero delays or retentions are legal, so tests and
+small deployments can use tiny segments. Values parse as Kafka's ConfigDef parses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterable, Mapping
+
+from .errors import InvalidConfigError
+
+INT_MAX = 2**31 - 1
+INT_MIN = -(2**31)
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+
+CLEANUP_POLICY_DELETE = "delete"
+CLEANUP_POLICY_COMPACT = "compact"
+#: Topic-level compression.type values (Kafka's BrokerCompressionType). A producer says "none".
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+# ---------------------------------------------------------------- validators
+
+
+@dataclass(frozen=True)
+class Range:
+    """Numeric bounds, shown as Kafka shows them: [14,...] or [0,...,1]."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def check(self, value) -> str | None:
+        if self.min is not None and value < self.min:
+            return f"Value must be at least {self.min}"
+        if self.max is not None and value > self.max:
+            return f"Value must be no more than {self.max}"
+        return None
+
+    def __str__(self):
+        if self.max is None:
+            return f"[{self.min},...]"
+        if self.min is None:
+            return f"[...,{self.max}]"
+        return f"[{self.min},...,{self.max}]"
+
+
+@dataclass(frozen=True)
+class ValidString:
+    """One of a fixed set of strings (case-sensitive, as in Kafka)."""
+
+    values: tuple[str, ...]
+    hint: str = ""
+
+    def check(self, value) -> str | None:
+        if value not in self.values:
+            return f"String must be one of: {', '.join(self.values)}{self.hint}"
+        return None
+
+    def __str__(self):
+        return "[" + ", ".join(self.values) + "]"
+
+
+@dataclass(frozen=True)
+class ValidList:
+    """Every item of a list from a fixed set; an empty list is legal (Kafka 3.x)."""
+
+    values: tuple[str, ...]
+
+    def check(self, value) -> str | None:
+        for item in value:
+            if item not in self.values:
+                return f"Invalid value {item!r}: each item must be one of {', '.join(self.values)}"
+        return None
+
+    def __str__(self):
+        return "[" + ", ".join(self.values) + "]"
+
+
+@dataclass(frozen=True)
+class LevelRange:
+    """A compression level: in [min, max], or the codec's 'default' sentinel (gzip's -1)."""
+
+    min: int
+    max: int
+    sentinel: int | None = None
+
+    def check(self, value) -> str | None:
+        if value == self.sentinel or self.min <= value <= self.max:
+            return None
+        extra = f" or {self.sentinel}" if self.sentinel is not None else ""
+        return f"Value must be in [{self.min},...,{self.max}]{extra}"
+
+    def __str__(self):
+        extra = f" or {self.sentinel}" if self.sentinel is not None else ""
+        return f"[{self.min},...,{self.max}]{extra}"
+
+
+# ---------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One topic config: Kafka name, ConfigDef type, default, validator, a one-line doc."""
+
+    name: str
+    type: str  # int | long | double | string | list | boolean (Kafka's ConfigDef.Type names)
+    default: Any
+    validator: Any
+    doc: str
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+    @property
+    def valid_values(self) -> str:
+        return "" if self.validator is None else str(self.validator)
+
+    @property
+    def default_str(self) -> str:
+        return format_value(self.type, self.default)
+
+
+def _k(name, type_, default, validator, doc):
+    return ConfigKey(name, type_, default, validator, doc)
+
+
+CONFIG_KEYS: tuple[ConfigKey, ...] = (
+    _k("cleanup.policy", "list", (CLEANUP_POLICY_DELETE,), ValidList((CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE)),
+       "Old-segment policy: delete (retention), compact (keep the last record per key), or both."),
+    _k("compression.gzip.level", "int", -1, LevelRange(1, 9, -1),
+       "gzip level when compression.type is gzip (-1: codec default)."),
+    _k("compression.lz4.level", "int", 9, LevelRange(1, 17), "lz4 level when compression.type is lz4."),
+    _k("compression.type", "string", "producer",
+       ValidString(COMPRESSION_TYPES, " (a producer's 'none' is 'uncompressed' at topic level)"),
+       "Codec of stored batches; 'producer' keeps the producer's codec."),
+    _k("compression.zstd.level", "int", 3, LevelRange(-131072, 22), "zstd level when compression.type is zstd."),
+    _k("delete.retention.ms", "long", 86400000, Range(0),
+       "How long tombstones survive compaction (the delete horizon)."),
+    _k("file.delete.delay.ms", "long", 60000, Range(0),
+       "Wait before removing a segment's .deleted files, so readers in flight finish."),
+    _k("flush.messages", "long", LONG_MAX, Range(1), "Force an fsync after this many appended messages."),
+    _k("flush.ms", "long", LONG_MAX, Range(0), "Force an fsync when this long has passed since the last one."),
+    _k("index.interval.bytes", "int", 4096, Range(0), "Log bytes between offset-index entries."),
+    _k("max.compaction.lag.ms", "long", LONG_MAX, Range(1),
+       "Longest a record may stay uncompacted before its log is cleaned regardless of dirty ratio."),
+    _k("max.message.bytes", "int", 1048588, Range(0), "Largest record batch accepted (after compression)."),
+    _k("message.downconversion.enable", "boolean", True, None,
+       "Kafka 3.x fetch down-conversion switch; accepted for compatibility, no effect here."),
+    _k("message.timestamp.after.max.ms", "long", LONG_MAX, Range(0),
+       "Largest allowed lead of a record timestamp over the append time (CreateTime)."),
+    _k("message.timestamp.before.max.ms", "long", LONG_MAX, Range(0),
+       "Largest allowed lag of a record timestamp behind the append time (CreateTime)."),
+    _k("message.timestamp.difference.max.ms", "long", LONG_MAX, Range(0),
+       "Deprecated in Kafka 3.6 for the before/after pair; accepted for compatibility."),
+    _k("message.timestamp.type", "string", "CreateTime", ValidString(TIMESTAMP_TYPES),
+       "Record timestamps: the producer's (CreateTime) or the append time (LogAppendTime)."),
+    _k("min.cleanable.dirty.ratio", "double", 0.5, Range(0, 1),
+       "Dirty fraction of a log above which the cleaner compacts it."),
+    _k("min.compaction.lag.ms", "long", 0, Range(0), "Shortest time a record stays uncompacted."),
+    _k("min.insync.replicas", "int", 1, Range(1), "Replication setting; accepted for compatibility, no effect here."),
+    _k("preallocate", "boolean", False, None, "Preallocate segment files; accepted, not used by this engine."),
+    _k("retention.bytes", "long", -1, None, "Size a partition may grow to before old segments go; -1: no limit."),
+    _k("retention.ms", "long", 604800000, Range(-1),
+       "Age after which a segment is deleted (delete policy); -1: no time limit."),
+    _k("segment.bytes", "int", 1073741824, Range(14), "Largest segment file; a new segment rolls past it."),
+    _k("segment.index.bytes", "int", 10485760, Range(4), "Largest offset/time index file of a segment."),
+    _k("segment.jitter.ms", "long", 0, Range(0), "Random jitter subtracted from segment.ms per segment."),
+    _k("segment.ms", "long", 604800000, Range(1), "Roll a new segment when the active one is this old."),
+    _k("unclean.leader.election.enable", "boolean", False, None,
+       "Replication setting; accepted for compatibility, no effect here."),
+)
+
+CONFIG_KEYS_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in CONFIG_KEYS}
+
+
+# ---------------------------------------------------------------- parsing
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def format_value(type_: str, value) -> str:
+    """A value as Kafka prints it: lists comma-joined, booleans lower-case."""
+    if type_ == "list":
+        return ",".join(value)
+    if type_ == "boolean":
+        return "true" if value else "false"
+    return str(value)
+
+
+def _bad(key: ConfigKey, value, rule: str) -> InvalidConfigError:
+    return InvalidConfigError(f"Invalid value {value!r} for configuration {key.name}: {rule}")
+
+
+def parse_value(key: ConfigKey, value):
+    """Parse and validate one value (a string or an already typed Python value)."""
+    t = key.type
+    if value is None:
+        raise _bad(key, value, "a value is required")
+    if t in ("int", "long"):
+        if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+            parsed = int(value.strip())
+        elif isinstance(value, int) and not isinstance(value, bool):
+            parsed = int(value)
+        else:
+            raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
+        lo, hi = (INT_MIN, INT_MAX) if t == "int" else (LONG_MIN, LONG_MAX)
+        if not lo <= parsed <= hi:
+            raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
+    elif t == "double":
+        if isinstance(value, str) and _DOUBLE_RE.fullmatch(value.strip()):
+            parsed = float(value.strip())
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            parsed = float(value)
+        else:
+            raise _bad(key, value, "Expected value to be a number")
+        if not math.isfinite(parsed):
+            raise _bad(key, value, "Expected value to be a finite number")
+    elif t == "boolean":
+        if isinstance(value, bool):
+            parsed = value
+        elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            parsed = value.strip().lower() == "true"
+        else:
+            raise _bad(key, value, "Expected value to be either true or false")
+    elif t == "list":
+        if isinstance(value, str):
+            parsed = tuple(p.strip() for p in value.split(",")) if value.strip() else ()
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            parsed = tuple(v.strip() for v in value)
+        else:
+            raise _bad(key, value, "Expected a comma-separated list")
+    elif t == "string":
+        if not isinstance(value, str):
+            raise _bad(key, value, "Expected a string")
+        parsed = value.strip()
+    else:  # pragma: no cover - table error
+        raise AssertionError(t)
+    if key.validator is not None:
+        problem = key.validator.check(parsed)
+        if problem:
+            raise _bad(key, value, problem)
+    return parsed
+
+
+def _unknown(name) -> InvalidConfigError:
+    names = [k.name for k in CONFIG_KEYS]
+    close = difflib.get_close_matches(str(name).replace("_", "."), names, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; valid keys: {', '.join(names)}"
+    return InvalidConfigError(f"Unknown topic config name: {name!r}{hint}")
+
+
+def parse_config_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """['k=v', ...] (the CLI's --config) to a dict; a later pair for the same key wins, as in Kafka."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise InvalidConfigError(f"Invalid config {pair!r}: expected key=value")
+        k, v = pair.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise InvalidConfigError(f"Invalid config {pair!r}: the key is empty")
+        out[k] = v
+    return out
+
+
+# ---------------------------------------------------------------- the config
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """An immutable, validated topic config. Attributes are the Kafka names with '_' for '.'."""
+
+    cleanup_policy: tuple[str, ...] = (CLEANUP_POLICY_DELETE,)
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_type: str = "producer"
+    compression_zstd_level: int = 3
+    delete_retention_ms: int = 86400000
+    file_delete_delay_ms: int = 60000
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    index_interval_bytes: int = 4096
+    max_compaction_lag_ms: int = LONG_MAX
+    max_message_bytes: int = 1048588
+    message_downconversion_enable: bool = True
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_type: str = "CreateTime"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    min_insync_replicas: int = 1
+    preallocate: bool = False
+    retention_bytes: int = -1
+    retention_ms: int = 604800000
+    segment_bytes: int = 1073741824
+    segment_index_bytes: int = 10485760
+    segment_jitter_ms: int = 0
+    segment_ms: int = 604800000
+    unclean_leader_election_enable: bool = False
+    # Kafka names given explicitly (Kafka's overriddenConfigs); not part of equality.
+    explicit: frozenset = dataclasses.field(default=frozenset(), repr=False, compare=False)
+
+    KEYS: ClassVar[tuple[ConfigKey, ...]] = CONFIG_KEYS
+
+    def __post_init__(self):
+        for key in CONFIG_KEYS:
+            raw = getattr(self, key.attr)
+            parsed = parse_value(key, raw)
+            if parsed != raw or type(parsed) is not type(raw):
+                object.__setattr__(self, key.attr, parsed)
+        unknown = [n for n in self.explicit if n not in CONFIG_KEYS_BY_NAME]
+        if unknown:
+            raise _unknown(unknown[0])
+        object.__setattr__(self, "explicit", frozenset(self.explicit))
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                f"conflicting topic config: min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
+
+    # -- construction
+    @classmethod
+    def from_dict(cls, overrides: Mapping[str, Any] | None = None) -> "LogConfig":
+        """Defaults overridden by `overrides` (Kafka names; strings parsed as Kafka parses them)."""
+        kwargs = {}
+        for name, value in (overrides or {}).items():
+            key = CONFIG_KEYS_BY_NAME.get(name)
+            if key is None:
+                raise _unknown(name)
+            kwargs[key.attr] = parse_value(key, value)
+        return cls(**kwargs, explicit=frozenset(overrides or {}))
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
+        """A new config: this one's overrides, then `overrides` on top."""
+        return LogConfig.from_dict({**self.overrides, **dict(overrides)})
+
+    # -- access
+    def get(self, name: str):
+        key = CONFIG_KEYS_BY_NAME.get(name)
+        if key is None:
+            raise _unknown(name)
+        return getattr(self, key.attr)
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """Keys set explicitly or differing from Kafka's default, as Kafka-style strings."""
+        out = {}
+        for key in CONFIG_KEYS:
+            value = getattr(self, key.attr)
+            if key.name in self.explicit or value != key.default:
+                out[key.name] = format_value(key.type, value)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every key (Kafka name) to its typed value."""
+        return {key.name: getattr(self, key.attr) for key in CONFIG_KEYS}
+
+    def to_strings(self) -> dict[str, str]:
+        """Every key to its value as Kafka prints it."""
+        return {key.name: format_value(key.type, getattr(self, key.attr)) for key in CONFIG_KEYS}
+
+    # -- derived, as Kafka's LogConfig derives them
+    @property
+    def compact(self) -> bool:
+        return CLEANUP_POLICY_COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return CLEANUP_POLICY_DELETE in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, capped by max.compaction.lag.ms on compacted topics (Kafka's maxSegmentMs)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    @property
+    def compression_codec(self):
+        """The CompressionType to store batches with, or None for 'producer' (keep theirs)."""
+        from .records.record_batch import CompressionType
+
+        if self.compression_type == "producer":
+            return None
+        return CompressionType.for_name(self.compression_type)
+
+    @property
+    def timestamp_type(self):
+        from .records.record_batch import TimestampType
+
+        return TimestampType.LOG_APPEND_TIME if self.message_timestamp_type == "LogAppendTime" \
+            else TimestampType.CREATE_TIME
+
+
+def _check_table() -> None:
+    fields = {f.name: f for f in dataclasses.fields(LogConfig) if f.name != "explicit"}
+    assert set(fields) == {k.attr for k in CONFIG_KEYS}, "LogConfig fields and CONFIG_KEYS differ"
+    for k in CONFIG_KEYS:
+        assert fields[k.attr].default == k.default, k.name
+
+
+_check_table()

@@ -1,0 +1,1 @@
+"""Kafka RecordBatch v2: the batch header, compression codecs, encoder and vectorized decoder."""
