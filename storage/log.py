@@ -1,0 +1,382 @@
+"""Log: one partition's ordered segments. Append with offset assignment and rolling, read by offset,
+find offsets by timestamp, truncate, and move logStartOffset (Kafka's UnifiedLog + LocalLog)."""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError
+from .filesystem import LogFileSystem
+from .log_config import LogConfig
+from .log_segment import BatchChunk, LogSegment, select_batches
+from .records import record_batch as rb
+from .records.record_batch import BatchScan, CompressionType, TimestampType, scan_batches, validate_batches
+from .topic_partition import TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LogAppendInfo:
+    """What an append wrote: offsets, timestamps, counts and bytes."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """A partition's log. Readers share it freely; only a writable Log (holding the partition lock) appends."""
+
+    def __init__(self, fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig,
+                 segments: list[LogSegment], *, log_start_offset: int, recovery_point: int, next_offset: int,
+                 writable: bool, lock: contextlib.ExitStack | None = None, on_close=None):
+        self.fs = fs
+        self.dir = dir
+        self.tp = tp
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._next_offset = next_offset
+        self.writable = writable
+        self._lock = lock
+        self._on_close = on_close  # LogManager records the checkpoints when a writer closes
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self.closed = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment with the largest base offset <= offset (Kafka's floorEntry)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[i] if i >= 0 else None
+
+    def segment_kwargs(self) -> dict:
+        return dict(index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes, max_batch_size=self.max_batch_size)
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_message_bytes
+
+    def __repr__(self) -> str:
+        return (f"Log({self.tp.topic}-{self.tp.partition}, logStartOffset={self.log_start_offset}, "
+                f"logEndOffset={self._next_offset}, segments={len(self._segments)})")
+
+    # ------------------------------------------------------------------ appending
+    def _require_writable(self) -> None:
+        if not self.writable or self.closed:
+            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition} is not open for writing")
+
+    def append(self, records, *, now: int | None = None) -> LogAppendInfo:
+        """Append encoded batches (offsets in them are ignored): validate, assign offsets, roll, index.
+
+        Batches are re-encoded only when the topic's compression.type differs from theirs, and stamped
+        with the append time when message.timestamp.type is LogAppendTime.
+        """
+        self._require_writable()
+        now = now_ms() if now is None else now
+        buf = bytearray(records)
+        scan = self._validate_input(buf)
+        if not len(scan):
+            return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
+        buf, scan = self._maybe_recompress(buf, scan)
+        base_offsets = self._assign_offsets(buf, scan)
+        append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            append_time = now
+            sizes = scan.sizes
+            for i, p in enumerate(scan.positions):  # per batch: CRC must be recomputed
+                rb.set_log_append_time(buf, int(p), int(sizes[i]), now)
+            scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+        self._append_runs(buf, scan, now)
+        last_offsets = scan.last_offsets
+        max_ts = scan.headers["max_timestamp"].astype(np.int64)
+        j = int(np.argmax(max_ts))
+        self._next_offset = int(last_offsets[-1]) + 1
+        n_records = int(scan.headers["record_count"].astype(np.int64).sum())
+        self._unflushed_messages += n_records
+        self._maybe_flush(now)
+        return LogAppendInfo(int(base_offsets[0]), int(last_offsets[-1]), int(max_ts[j]), int(last_offsets[j]),
+                             len(scan), n_records, scan.end, append_time)
+
+    def _validate_input(self, buf: bytearray) -> BatchScan:
+        scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+        where = f"append to {self.tp.topic}-{self.tp.partition}"
+        if scan.reason == rb.SCAN_BAD_LENGTH:
+            size = int.from_bytes(buf[scan.end + 8:scan.end + 12], "big", signed=True) + rb.LOG_OVERHEAD
+            if size > self.max_batch_size:
+                raise RecordTooLargeError(
+                    f"{where}: batch of {size} bytes at position {scan.end} exceeds max.message.bytes "
+                    f"({self.max_batch_size})")
+            raise CorruptRecordError(f"{where}: invalid batch length", source=where, position=scan.end)
+        if scan.end != len(buf):
+            raise CorruptRecordError(f"{where}: trailing partial batch", source=where, position=scan.end)
+        validate_batches(buf, scan, source=where)
+        return scan
+
+    def _maybe_recompress(self, buf: bytearray, scan: BatchScan) -> tuple[bytearray, BatchScan]:
+        target = self.config.compression_type
+        if target == "producer":
+            return buf, scan
+        codec = CompressionType.for_name(target)
+        codecs = scan.headers["attributes"] & rb.COMPRESSION_CODEC_MASK
+        if np.all(codecs == int(codec)):
+            return buf, scan
+        from .records.builder import build_batch
+        from .records.decoder import decode_batches
+
+        out = bytearray()
+        for i in range(len(scan)):  # per batch: producer fields are kept batch by batch
+            one = select_batches(BatchChunk(bytes(buf), scan, 0, "append"), i, i + 1)
+            h = scan.header(i)
+            records = decode_batches(one.buf, scan=one.scan, max_message_bytes=self.max_batch_size,
+                                     skip_control=False)
+            out += build_batch(records, compression=codec, base_offset=h.base_offset,
+                               timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+                               producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                               partition_leader_epoch=h.partition_leader_epoch,
+                               is_transactional=h.is_transactional, delete_horizon_ms=h.delete_horizon_ms,
+                               now_ms=h.max_timestamp)
+        return out, self._validate_input(out)
+
+    def _assign_offsets(self, buf: bytearray, scan: BatchScan) -> np.ndarray:
+        """Patch baseOffset (outside the CRC) and partitionLeaderEpoch of every batch, vectorized."""
+        counts = scan.headers["last_offset_delta"].astype(np.int64) + 1
+        bases = self._next_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        arr = np.frombuffer(buf, np.uint8)
+        cols = np.arange(8, dtype=np.int64)
+        arr[(scan.positions[:, None] + cols[None, :]).ravel()] = bases.astype(">i8").view(np.uint8)
+        cols = np.arange(4, dtype=np.int64) + rb.PARTITION_LEADER_EPOCH_OFFSET
+        arr[(scan.positions[:, None] + cols[None, :]).ravel()] = np.zeros(len(scan), ">i4").view(np.uint8)
+        scan.headers["base_offset"] = bases
+        scan.headers["partition_leader_epoch"] = 0
+        return bases
+
+    def _append_runs(self, buf: bytearray, scan: BatchScan, now: int) -> None:
+        """Group consecutive batches per segment, rolling where Kafka's shouldRoll would, and append each group.
+
+        The roll checks run per batch (a Python loop over batches, not records), simulating the index
+        interval rule so that "index full" is decided exactly as Kafka decides it.
+        """
+        sizes = scan.sizes
+        last = scan.last_offsets
+        max_ts = scan.headers["max_timestamp"].astype(np.int64)
+        bases = scan.headers["base_offset"].astype(np.int64)
+        cfg = self.config
+        chunk = BatchChunk(bytes(buf), scan, 0, "append")
+        seg = self.active_segment
+        start = pending = planned = 0
+        since = seg._load_index_state().bytes_since_last_entry
+        for i in range(len(scan)):  # per batch, not per record
+            size_now = seg.size + pending
+            first_ts = seg.rolling_based_timestamp if seg.size else (int(max_ts[start]) if pending else None)
+            if first_ts is not None and first_ts >= 0:
+                waited = int(max_ts[i]) - first_ts
+            else:
+                waited = now - seg.created_ms
+            roll = (size_now > cfg.segment_bytes - int(sizes[i])
+                    or (size_now > 0 and waited > cfg.segment_ms)
+                    or seg.offset_index.entries + planned >= seg.offset_index.max_entries
+                    or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
+                    or int(last[i]) - seg.base_offset > 2**31 - 1)
+            if roll and size_now > 0:
+                if i > start:
+                    part = select_batches(chunk, start, i)
+                    seg.append(part.buf, part.scan)
+                seg = self.roll(int(bases[i]))
+                start = pending = planned = since = 0
+            if since > cfg.index_interval_bytes:
+                planned += 1
+                since = 0
+            since += int(sizes[i])
+            pending += int(sizes[i])
+        part = select_batches(chunk, start, len(scan))
+        seg.append(part.buf, part.scan)
+
+    def roll(self, new_base_offset: int | None = None) -> LogSegment:
+        """Close the active segment to appends and start a new one at the next offset."""
+        self._require_writable()
+        base = self._next_offset if new_base_offset is None else new_base_offset
+        active = self.active_segment
+        if active.size == 0 and active.base_offset == base:
+            return active
+        if active.size == 0:
+            # an empty active segment at an older base offset: replace it (Kafka deletes and recreates)
+            active.delete()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            active.on_become_inactive()
+            active.close()
+        if self._bases and base <= self._bases[-1]:
+            raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
+                                    f"segment {self._bases[-1]} exists")
+        seg = LogSegment.create(self.fs, self.dir, base, **self.segment_kwargs())
+        self._segments.append(seg)
+        self._bases.append(base)
+        return seg
+
+    def _maybe_flush(self, now: int) -> None:
+        """Flush every append unless the topic sets flush.messages / flush.ms (no replicas to lean on)."""
+        overrides = self.config.overrides
+        if "flush.messages" in overrides or "flush.ms" in overrides:
+            due = (self._unflushed_messages >= self.config.flush_messages
+                   or now - self._last_flush_ms >= self.config.flush_ms)
+            if not due:
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """fsync the log and index bytes of every segment with unflushed data, then the directory."""
+        if not self.writable:
+            return
+        for seg in self._segments[-2:]:
+            seg.flush(fsync=True)
+        if self.fs.capabilities.fsync:
+            self.fs.sync_dir(self.dir)
+        self.recovery_point = self._next_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.writable:
+            self.active_segment.close(final_time_entry=True)
+            self.flush()
+        for seg in self._segments:
+            seg.close()
+        self.closed = True
+        try:
+            if self.writable and self._on_close is not None:
+                self._on_close(self)
+        finally:
+            self._release_lock()
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def _check_fetch_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.tp.topic}-{self.tp.partition}: "
+                f"log start offset {self.log_start_offset}, log end offset {self._next_offset}")
+
+    def read(self, start_offset: int, max_offset: int | None = None) -> Iterator[BatchChunk]:
+        """Chunks of whole batches holding offsets [start_offset, max_offset) (end: the log end)."""
+        self._check_fetch_offset(start_offset)
+        end = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        if start_offset >= end:
+            return
+        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        offset = start_offset
+        for seg in self._segments[i:]:
+            if seg.base_offset >= end:
+                break
+            for chunk in seg.read_batches(max(offset, seg.base_offset), end):
+                yield chunk
+
+    def read_records(self, start_offset: int, max_offset: int | None = None, *,
+                     skip_control: bool = True) -> Iterator[pa.RecordBatch]:
+        """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA)."""
+        from .records.decoder import decode_batches
+
+        for chunk in self.read(start_offset, max_offset):
+            batch = decode_batches(chunk.buf, scan=chunk.scan, source=chunk.source,
+                                   base_position=chunk.base_position, max_message_bytes=self.max_batch_size,
+                                   min_offset=start_offset, max_offset=max_offset, skip_control=skip_control)
+            if batch.num_rows:
+                yield batch
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time)."""
+        from .records.decoder import decode_batches
+
+        def decode(buf, scan):
+            return decode_batches(buf, scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
+
+        start = self.log_start_offset
+        for seg in self._segments:
+            if seg.base_offset < start and seg is not self.segment_for(start):
+                continue
+            if seg.largest_timestamp < timestamp:
+                continue
+            found = seg.find_offset_by_timestamp(timestamp, max(start, seg.base_offset), decode)
+            if found is not None:
+                return found
+        return None
+
+    # ------------------------------------------------------------------ truncation and log start
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or above `offset` (whole batches; see LogSegment.truncate_to)."""
+        self._require_writable()
+        if offset >= self._next_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(f"cannot truncate {self.tp.topic}-{self.tp.partition} to {offset}, "
+                                        f"below the log start offset {self.log_start_offset}")
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            seg = self._segments.pop()
+            self._bases.pop()
+            seg.delete()
+        self.active_segment.truncate_to(offset)
+        self._next_offset = offset
+        self.recovery_point = min(self.recovery_point, offset)
+        self.flush()
+
+    def maybe_increment_log_start_offset(self, new_start: int) -> bool:
+        """Move logStartOffset up (delete-records); segments wholly below it go at the next retention pass."""
+        self._require_writable()
+        if new_start > self._next_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.tp.topic}-{self.tp.partition} to {new_start}, "
+                f"beyond the log end offset {self._next_offset}")
+        if new_start <= self.log_start_offset:
+            return False
+        self.log_start_offset = new_start
+        return True

@@ -1,0 +1,213 @@
+"""LogLoader: open a partition directory the way Kafka's LogLoader does.
+
+Writers (holding the partition lock) clean leftovers and recover: `.cleaned` and temp files go;
+`.swap` files finish their swap; `.deleted` files past file.delete.delay.ms go; missing or corrupt
+indexes are rebuilt; batches from the recovery point on are validated and a torn tail is cut.
+Readers only look: they never change a file, and stop quietly at a tail still being written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from .errors import CorruptIndexError, KafkaStorageError
+from .filesystem import FileInfo, LogFileSystem
+from .log import Log
+from .log_config import LogConfig
+from .log_segment import LogSegment
+from .topic_partition import (
+    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+
+
+@dataclass
+class LoadReport:
+    """What loading did, for the CLI and the maintenance job to print."""
+
+    removed: list[str] = field(default_factory=list)
+    swapped_in: list[int] = field(default_factory=list)
+    rebuilt_indexes: list[int] = field(default_factory=list)
+    recovered_segments: list[int] = field(default_factory=list)
+    truncated: list[tuple[str, int, str]] = field(default_factory=list)  # (file, bytes cut, reason)
+
+
+class LogLoader:
+    def __init__(self, fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig, *,
+                 recovery_point: int = 0, log_start_offset: int = 0, writable: bool = False,
+                 lock_timeout: float | None = 30.0, now_ms: int | None = None):
+        self.fs = fs
+        self.dir = dir
+        self.tp = tp
+        self.config = config
+        self.recovery_point = recovery_point
+        self.log_start_offset = log_start_offset
+        self.writable = writable
+        self.lock_timeout = lock_timeout
+        self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.report = LoadReport()
+
+    def _kwargs(self) -> dict:
+        return dict(index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes, max_batch_size=self.config.max_message_bytes)
+
+    def load(self) -> Log:
+        lock = None
+        if self.writable:
+            self.fs.mkdirs(self.dir)
+            lock = contextlib.ExitStack()
+            lock.enter_context(self.fs.lock(self.fs.join(self.dir, LOCK_FILE), timeout=self.lock_timeout))
+        try:
+            files = self.fs.listdir(self.dir)
+            if self.writable:
+                files = self._clean_leftovers(files)
+            segments = self._load_segments(files)
+            if self.writable:
+                segments = self._recover(segments)
+            start = self.log_start_offset
+            if segments:
+                start = max(start, segments[0].base_offset)
+            if not segments:
+                if self.writable:
+                    segments = [LogSegment.create(self.fs, self.dir, start, **self._kwargs())]
+                else:
+                    segments = [LogSegment(self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0,
+                                           **self._kwargs())]
+            next_offset = max(segments[-1].read_next_offset(), start)
+            if self.writable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
+                # an empty active segment below the log start offset: start afresh at it
+                segments[-1].delete()
+                segments[-1] = LogSegment.create(self.fs, self.dir, next_offset, **self._kwargs())
+            recovery_point = min(max(self.recovery_point, start), next_offset) if not self.writable else next_offset
+            return Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
+                       recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
+        except BaseException:
+            if lock is not None:
+                lock.close()
+            raise
+
+    # ------------------------------------------------------------------ leftovers
+    def _clean_leftovers(self, files: list[FileInfo]) -> list[FileInfo]:
+        keep: list[FileInfo] = []
+        swaps: list[int] = []
+        for f in files:
+            if f.is_dir:
+                continue
+            path = self.fs.join(self.dir, f.name)
+            parsed = parse_segment_file(f.name)
+            if f.name.endswith(".tmp") or (parsed is not None and parsed.extra == CLEANED_FILE_SUFFIX):
+                self._remove(path)
+            elif parsed is not None and parsed.extra == DELETED_FILE_SUFFIX:
+                if self.now_ms - self.fs.modified_ms(path) >= self.config.file_delete_delay_ms:
+                    self._remove(path)
+            elif parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
+                if parsed.suffix == LOG_FILE_SUFFIX:
+                    swaps.append(parsed.base_offset)
+                else:
+                    self._remove(path)  # indexes of swapped-in segments are rebuilt
+            else:
+                keep.append(f)
+        if swaps:
+            keep = self._complete_swaps(sorted(swaps), keep)
+        return keep
+
+    def _remove(self, path: str) -> None:
+        self.fs.delete(path)
+        self.report.removed.append(self.fs.basename(path))
+
+    def _complete_swaps(self, swaps: list[int], files: list[FileInfo]) -> list[FileInfo]:
+        """A .swap log is a finished compaction/merge output: replace the segments it covers, keep it."""
+        lo = swaps[0]
+        hi = max(LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
+                            **self._kwargs()).read_next_offset() for b in swaps)
+        out = []
+        for f in files:
+            parsed = parse_segment_file(f.name)
+            if parsed is not None and not parsed.extra and lo <= parsed.base_offset < hi:
+                self._remove(self.fs.join(self.dir, f.name))
+            else:
+                out.append(f)
+        for b in swaps:
+            seg = LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
+                             **self._kwargs())
+            self.fs.rename(seg.log_path, seg.log_path[: -len(SWAP_FILE_SUFFIX)])
+            name = self.fs.basename(seg.log_path[: -len(SWAP_FILE_SUFFIX)])
+            out.append(FileInfo(name, self.fs.size(self.fs.join(self.dir, name)), False))
+            self.report.swapped_in.append(b)
+        return out
+
+    # ------------------------------------------------------------------ segments
+    def _load_segments(self, files: list[FileInfo]) -> list[LogSegment]:
+        logs: dict[int, int] = {}
+        indexes: dict[tuple[int, str], int] = {}
+        for f in files:
+            parsed = parse_segment_file(f.name)
+            if parsed is None or parsed.extra or f.is_dir:
+                continue
+            if parsed.suffix == LOG_FILE_SUFFIX:
+                logs[parsed.base_offset] = f.size
+            elif parsed.suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                indexes[(parsed.base_offset, parsed.suffix)] = f.size
+        if self.writable:
+            for (base, suffix) in list(indexes):
+                if base not in logs:  # Kafka: an orphaned index file is deleted
+                    self._remove(self.fs.join(self.dir, f"{base:020d}{suffix}"))
+        segments = []
+        for base in sorted(logs):
+            idx = indexes.get((base, INDEX_FILE_SUFFIX))
+            tidx = indexes.get((base, TIME_INDEX_FILE_SUFFIX))
+            seg = LogSegment(self.fs, self.dir, base, log_size=logs[base], index_size=idx or 0,
+                             time_index_size=tidx or 0, **self._kwargs())
+            seg.needs_rebuild = idx is None or tidx is None
+            if not seg.needs_rebuild:
+                try:
+                    seg.offset_index.sanity_check(logs[base])
+                    seg.time_index.sanity_check()
+                except CorruptIndexError as e:
+                    log.warning("%s; rebuilding the indexes of %s", e, seg.source)
+                    seg.needs_rebuild = True
+            segments.append(seg)
+        return segments
+
+    def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
+        """Rebuild indexes where needed and validate everything from the recovery point on."""
+        rp = self.recovery_point
+        out: list[LogSegment] = []
+        cut = False
+        for i, seg in enumerate(segments):
+            if cut:
+                self.report.removed.extend(self.fs.basename(p) for p in seg.files())
+                seg.delete()
+                continue
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if seg.needs_rebuild or seg.base_offset >= rp:
+                result = seg.recover()
+                (self.report.rebuilt_indexes if seg.needs_rebuild else self.report.recovered_segments).append(
+                    seg.base_offset)
+            elif nxt is None or nxt > rp:
+                result = seg.recover_from(rp)
+                self.report.recovered_segments.append(seg.base_offset)
+            else:
+                out.append(seg)
+                continue
+            if result.truncated_bytes:
+                log.warning("truncated %d bytes of %s at position %d: %s", result.truncated_bytes, seg.source,
+                            result.valid_bytes, result.error)
+                self.report.truncated.append((seg.source, result.truncated_bytes, result.error or ""))
+                cut = True  # Kafka deletes every segment after an invalid batch
+            out.append(seg)
+        return out
+
+
+def open_log(fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig, **kwargs) -> Log:
+    """Load a partition directory; see LogLoader for what writers and readers each do."""
+    if not fs.isdir(dir) and not kwargs.get("writable"):
+        raise KafkaStorageError(f"partition directory {fs.url(dir)} does not exist")
+    return LogLoader(fs, dir, tp, config, **kwargs).load()

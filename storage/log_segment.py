@@ -1,0 +1,488 @@
+"""LogSegment: one `.log` file of batches plus its `.index` and `.timeindex`, named by base offset."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from .errors import CorruptIndexError, CorruptRecordError
+from .filesystem import Appender, LogFileSystem
+from .index import OffsetIndex, TimeIndex, TimestampOffset
+from .index_planner import IndexState, plan_index_entries
+from .records.record_batch import (
+    LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, SCAN_PARTIAL, BatchScan, RecordBatchHeader,
+    scan_batches, validate_batches,
+)
+from .topic_partition import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, offset_to_file_prefix
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+FIRST_CHUNK_BYTES = 64 * 1024
+MAX_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class BatchChunk:
+    """Complete batches read from a segment: `buf[scan.positions[i]:]` is at file position base_position + that."""
+
+    buf: bytes
+    scan: BatchScan
+    base_position: int
+    source: str
+
+
+@dataclass
+class RecoveryResult:
+    valid_bytes: int
+    truncated_bytes: int
+    error: str | None  # why the tail was cut, with the position; None when the segment was whole
+
+
+class LogSegment:
+    """Append and read one segment; recover it; roll it. All I/O goes through the filesystem seam."""
+
+    def __init__(self, fs: LogFileSystem, dir: str, base_offset: int, *, index_interval_bytes: int,
+                 max_index_size: int, max_batch_size: int, log_size: int | None = None,
+                 index_size: int | None = None, time_index_size: int | None = None, file_suffix: str = "",
+                 created_ms: int | None = None):
+        self.fs = fs
+        self.dir = dir
+        self.base_offset = base_offset
+        self.file_suffix = file_suffix
+        self.index_interval_bytes = index_interval_bytes
+        self.max_batch_size = max_batch_size
+        prefix = fs.join(dir, offset_to_file_prefix(base_offset))
+        self.log_path = prefix + LOG_FILE_SUFFIX + file_suffix
+        self.offset_index = OffsetIndex(fs, prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size,
+                                        file_size=index_size)
+        self.time_index = TimeIndex(fs, prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset,
+                                    max_index_size, file_size=time_index_size)
+        if log_size is None:
+            log_size = fs.size(self.log_path) if fs.exists(self.log_path) else 0
+        self._size = log_size
+        self._appender: Appender | None = None
+        self._index_state: IndexState | None = None  # loaded lazily: needs a tail scan
+        self._rolling_based_timestamp: int | None = None
+        self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
+        self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
+
+    @classmethod
+    def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> "LogSegment":
+        seg = cls(fs, dir, base_offset, log_size=0, index_size=0, time_index_size=0, **kwargs)
+        for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
+            fs.write_atomic(path, b"", durable=False)
+        seg._index_state = IndexState()
+        return seg
+
+    def __repr__(self) -> str:
+        return f"LogSegment(baseOffset={self.base_offset}, size={self._size}, path={self.fs.url(self.log_path)})"
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def source(self) -> str:
+        return self.fs.url(self.log_path)
+
+    # ------------------------------------------------------------------ reading
+    def iter_chunks(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchChunk]:
+        """Complete batches from start_position, read in growing chunks. Stops quietly at a partial
+        tail (a writer may be appending); raises CorruptRecordError on an impossible batch length."""
+        end = self._size if end_position is None else min(end_position, self._size)
+        pos = start_position
+        chunk = FIRST_CHUNK_BYTES
+        while pos < end:
+            buf = self.fs.read(self.log_path, pos, min(end, pos + chunk))
+            scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+            if not len(scan):
+                if scan.reason == SCAN_BAD_LENGTH:
+                    raise self._bad_length(buf, scan.end, pos)
+                if len(buf) < LOG_OVERHEAD:
+                    return  # partial tail shorter than a length field
+                (length,) = struct.unpack_from(">i", buf, 8)
+                if pos + LOG_OVERHEAD + length > end:
+                    return  # partial tail
+                buf = self.fs.read(self.log_path, pos, pos + LOG_OVERHEAD + length)
+                scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+                if not len(scan):
+                    return
+            yield BatchChunk(buf, scan, pos, self.source)
+            if scan.reason == SCAN_BAD_LENGTH:
+                raise self._bad_length(buf, scan.end, pos)
+            pos += scan.end
+            chunk = min(chunk * 4, MAX_CHUNK_BYTES)
+
+    def _bad_length(self, buf: bytes, at: int, base: int) -> CorruptRecordError:
+        length = struct.unpack_from(">i", buf, at + 8)[0] if len(buf) - at >= LOG_OVERHEAD else None
+        return CorruptRecordError(
+            f"batch length {length} is outside [{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}, "
+            f"{self.max_batch_size - LOG_OVERHEAD}] (max.message.bytes)", source=self.source, position=base + at)
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[RecordBatchHeader, int] | None:
+        """The first batch whose lastOffset >= offset: (header, file position), or None."""
+        start = max(starting_position, self._index_lookup_position(offset))
+        for chunk in self.iter_chunks(start):
+            i = int(np.searchsorted(chunk.scan.last_offsets, offset, side="left"))
+            if i < len(chunk.scan):
+                return chunk.scan.header(i, chunk.base_position), chunk.base_position + int(chunk.scan.positions[i])
+        return None
+
+    def _index_lookup_position(self, offset: int) -> int:
+        try:
+            return self.offset_index.lookup(offset).position
+        except CorruptIndexError as e:  # a reader falls back to a scan; the writer's loader rebuilds
+            log.warning("%s; scanning %s from its start", e, self.source)
+            return 0
+
+    def read_batches(self, start_offset: int, max_offset: int | None = None) -> Iterator[BatchChunk]:
+        """Chunks of whole batches from the batch holding start_offset up to the one holding max_offset-1."""
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return
+        for chunk in self.iter_chunks(found[1]):
+            if max_offset is not None:
+                base = chunk.scan.headers["base_offset"].astype(np.int64)
+                keep = int(np.searchsorted(base, max_offset, side="left"))
+                if keep < len(chunk.scan):
+                    if keep:
+                        yield _head(chunk, keep)
+                    return
+            yield chunk
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int, decode) -> int | None:
+        """Earliest offset >= starting_offset whose record timestamp >= timestamp (Kafka ListOffsets).
+
+        `decode(buf, scan)` decodes chunk records to an Arrow batch with offset/timestamp columns.
+        """
+        ts_entry = self._time_index_lookup(timestamp)
+        position = self._index_lookup_position(max(ts_entry.offset, starting_offset))
+        for chunk in self.iter_chunks(position):
+            h = chunk.scan.headers
+            last = chunk.scan.last_offsets
+            cand = np.flatnonzero((h["max_timestamp"].astype(np.int64) >= timestamp) & (last >= starting_offset))
+            for i in cand:  # usually the first candidate batch holds the answer
+                one = select_batches(chunk, int(i), int(i) + 1)
+                batch = decode(one.buf, one.scan)
+                offs = batch.column("offset").to_numpy()
+                tss = batch.column("timestamp").to_numpy()
+                hit = np.flatnonzero((tss >= timestamp) & (offs >= starting_offset))
+                if hit.size:
+                    return int(offs[hit[0]])
+        return None
+
+    def _time_index_lookup(self, timestamp: int) -> TimestampOffset:
+        try:
+            return self.time_index.lookup(timestamp)
+        except CorruptIndexError as e:
+            log.warning("%s; scanning %s from its start", e, self.source)
+            return TimestampOffset(-1, self.base_offset)
+
+    # ------------------------------------------------------------------ state derived from the tail
+    def _tail_scan_start(self) -> int:
+        try:
+            if self.offset_index.entries:
+                return self.offset_index.entry(self.offset_index.entries - 1).position
+        except CorruptIndexError:
+            pass
+        return 0
+
+    def _load_index_state(self) -> IndexState:
+        """Kafka keeps these in memory; we rebuild them from the index tail and the batches after it."""
+        if self._index_state is None:
+            self._index_state = self._index_state_at(self._size)
+        return self._index_state
+
+    def _index_state_at(self, end_position: int) -> IndexState:
+        start = min(self._tail_scan_start(), end_position)
+        try:
+            last_time = self.time_index.last_entry
+        except CorruptIndexError:
+            last_time = TimestampOffset(-1, self.base_offset)
+        state = IndexState(0, last_time.timestamp, last_time.offset if last_time.timestamp >= 0 else -1,
+                           last_time.timestamp)
+        for chunk in self.iter_chunks(start, end_position):
+            mts = chunk.scan.headers["max_timestamp"].astype(np.int64)
+            if len(mts):
+                j = int(np.argmax(mts))
+                if mts[j] > state.max_timestamp:
+                    state.max_timestamp = int(mts[j])
+                    state.offset_of_max_timestamp = int(chunk.scan.last_offsets[j])
+        state.bytes_since_last_entry = end_position - start if self.offset_index.entries else end_position
+        return state
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._load_index_state().max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp in the segment (-1 if empty): what retention and ListOffsets use."""
+        return self.max_timestamp_so_far
+
+    def read_next_offset(self) -> int:
+        """Offset after the last complete batch, or the base offset for an empty segment.
+
+        Scans from the last index entry; if a torn tail leaves nothing whole there (a reader
+        looking at a crashed writer's segment), steps back to earlier entries."""
+        starts = [self._tail_scan_start()]
+        if starts[0] > 0:
+            n = self.offset_index.entries
+            starts += [self.offset_index.entry(k).position for k in range(max(0, n - 3), n - 1)][::-1] + [0]
+        for start in starts:
+            last = None
+            for chunk in self.iter_chunks(start):
+                if len(chunk.scan):
+                    last = int(chunk.scan.last_offsets[-1])
+            if last is not None:
+                return last + 1
+        return self.base_offset
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """maxTimestamp of the first batch: segment.ms counts from it."""
+        if self._rolling_based_timestamp is None and self._size >= RECORD_BATCH_OVERHEAD:
+            head = self.fs.read(self.log_path, 0, RECORD_BATCH_OVERHEAD)
+            if len(head) == RECORD_BATCH_OVERHEAD:
+                self._rolling_based_timestamp = RecordBatchHeader.read(head).max_timestamp
+        return self._rolling_based_timestamp
+
+    def should_roll(self, *, messages_size: int, max_timestamp: int, max_offset: int, segment_bytes: int,
+                    segment_ms: int, now_ms: int) -> bool:
+        """Kafka's LogSegment.shouldRoll for one incoming batch."""
+        if self._size > segment_bytes - messages_size:
+            return True
+        if self._size > 0:
+            first = self.rolling_based_timestamp
+            waited = (max_timestamp - first) if first is not None and first >= 0 else (now_ms - self.created_ms)
+            if waited > segment_ms:
+                return True
+        if self.offset_index.is_full or self.time_index.is_full:
+            return True
+        return max_offset - self.base_offset > INT32_MAX
+
+    # ------------------------------------------------------------------ writing
+    def append(self, buf, scan: BatchScan, *, index_capacity_check: bool = True) -> None:
+        """Append complete batches (already validated and offset-assigned) and their index entries."""
+        if not len(scan):
+            return
+        state = self._load_index_state()
+        positions = scan.positions - int(scan.positions[0]) + self._size
+        plan = plan_index_entries(positions, scan.sizes, scan.last_offsets,
+                                  scan.headers["max_timestamp"].astype(np.int64), self.index_interval_bytes, state)
+        if self._appender is None:
+            self._appender = self.fs.open_appender(self.log_path)
+            if self._appender.size != self._size:
+                raise CorruptRecordError(
+                    f"segment changed under us: expected {self._size} bytes, found {self._appender.size}",
+                    source=self.source)
+        first, end = int(scan.positions[0]), int(scan.positions[-1] + scan.sizes[-1])
+        self._appender.write(memoryview(buf)[first:end])
+        self._size += end - first
+        self.offset_index.append_entries(*plan.offset_entries)
+        self.time_index.append_entries(*plan.time_entries)
+        self._index_state = plan.state
+        if self._rolling_based_timestamp is None and positions[0] == 0:
+            self._rolling_based_timestamp = int(scan.headers["max_timestamp"][0])
+
+    def flush(self, fsync: bool = True) -> None:
+        if self._appender is not None:
+            self._appender.flush(fsync)
+        self.offset_index.flush(fsync)
+        self.time_index.flush(fsync)
+
+    def _append_final_time_entry(self) -> None:
+        state = self._load_index_state()
+        if state.max_timestamp >= 0:
+            self.time_index.maybe_append(state.max_timestamp, state.offset_of_max_timestamp, skip_full_check=True)
+            state.last_time_entry = max(state.last_time_entry, state.max_timestamp)
+
+    def on_become_inactive(self) -> None:
+        """On roll: record the segment's max timestamp in the time index and trim the index files."""
+        self._append_final_time_entry()
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.flush()
+
+    def close(self, *, final_time_entry: bool = False) -> None:
+        """Flush and release handles; Kafka also records the max timestamp on a clean close."""
+        if final_time_entry and self._appender is not None:
+            self._append_final_time_entry()
+        self.flush()
+        for h in (self._appender, self.offset_index, self.time_index):
+            if h is not None:
+                h.close()
+        self._appender = None
+
+    # ------------------------------------------------------------------ recovery and truncation
+    def recover(self, *, expected_first_offset: int | None = None) -> RecoveryResult:
+        """Validate every batch, rebuild both indexes, and cut the file at the first bad batch."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        return self._recover_range(0, IndexState(), expected_first_offset)
+
+    def recover_from(self, offset: int) -> RecoveryResult:
+        """Recover only the batches from `offset` (the recovery point) on; earlier ones were flushed.
+
+        Index entries below the recovery point are kept; a recovery point that falls inside a batch,
+        or an index that cannot be trusted, falls back to a full recovery.
+        """
+        if offset <= self.base_offset:
+            return self.recover(expected_first_offset=None)
+        try:
+            self.offset_index.sanity_check(self._size)
+            self.time_index.sanity_check()
+            position = None
+            end_of_complete = self._index_lookup_position(offset - 1)
+            for chunk in self.iter_chunks(end_of_complete):
+                bases = chunk.scan.headers["base_offset"].astype(np.int64)
+                i = int(np.searchsorted(bases, offset, side="left"))
+                if i > 0 and chunk.scan.last_offsets[i - 1] >= offset:
+                    return self.recover()  # the recovery point is inside a batch
+                if i < len(chunk.scan):
+                    position = chunk.base_position + int(chunk.scan.positions[i])
+                    break
+                end_of_complete = chunk.base_position + chunk.scan.end
+            if position is None:
+                position = end_of_complete
+            self.offset_index.truncate_to(offset)
+            self.time_index.truncate_to(offset)
+            state = self._index_state_at(position)
+        except (CorruptIndexError, CorruptRecordError):
+            return self.recover()
+        return self._recover_range(position, state, offset)
+
+    def _recover_range(self, start: int, state: IndexState, expected_first: int | None) -> RecoveryResult:
+        valid = start
+        error = None
+        prev_next = expected_first
+        try:
+            for chunk in self.iter_chunks(start):
+                try:
+                    validate_batches(chunk.buf, chunk.scan, source=self.source, base_position=chunk.base_position,
+                                     expected_first_offset=prev_next)
+                    self._check_offsets_in_range(chunk)
+                    good = len(chunk.scan)
+                except CorruptRecordError as e:
+                    good = self._valid_prefix(chunk, prev_next)
+                    error = str(e)
+                if good:
+                    state = self._index_prefix(chunk, good, state)
+                    valid = chunk.base_position + int(chunk.scan.positions[good - 1] + chunk.scan.sizes[good - 1])
+                    prev_next = int(chunk.scan.last_offsets[good - 1]) + 1
+                if error is not None:
+                    break
+        except CorruptRecordError as e:
+            error = str(e)
+        if error is None and valid < self._size:
+            error = f"partial batch at the end of {self.source} (position {valid})"
+        truncated = self._size - valid
+        if truncated:
+            self._truncate_file(valid)
+        self._index_state = state
+        self.flush()
+        return RecoveryResult(valid, truncated, error)
+
+    def _check_offsets_in_range(self, chunk: BatchChunk) -> None:
+        base = chunk.scan.headers["base_offset"].astype(np.int64)
+        bad = np.flatnonzero((base < self.base_offset) | (chunk.scan.last_offsets - self.base_offset > INT32_MAX))
+        if bad.size:
+            i = int(bad[0])
+            raise CorruptRecordError(
+                f"batch offsets {int(base[i])}..{int(chunk.scan.last_offsets[i])} do not fit segment with base "
+                f"offset {self.base_offset}", source=self.source,
+                position=chunk.base_position + int(chunk.scan.positions[i]))
+
+    def _valid_prefix(self, chunk: BatchChunk, expected_first: int | None) -> int:
+        """How many leading batches of a chunk pass validation (binary search on the failing one)."""
+        lo, hi = 0, len(chunk.scan)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            try:
+                part = _head(chunk, mid)
+                validate_batches(part.buf, part.scan, source=self.source, expected_first_offset=expected_first)
+                self._check_offsets_in_range(part)
+                lo = mid
+            except CorruptRecordError:
+                hi = mid - 1
+        return lo
+
+    def _index_prefix(self, chunk: BatchChunk, n: int, state: IndexState) -> IndexState:
+        s = chunk.scan
+        plan = plan_index_entries(s.positions[:n] + chunk.base_position, s.sizes[:n], s.last_offsets[:n],
+                                  s.headers["max_timestamp"][:n].astype(np.int64), self.index_interval_bytes, state)
+        self.offset_index.append_entries(*plan.offset_entries)
+        self.time_index.append_entries(*plan.time_entries)
+        return plan.state
+
+    def _truncate_file(self, size: int) -> None:
+        if self._appender is not None:
+            self._appender.truncate(size)
+        else:
+            self.fs.truncate(self.log_path, size)
+        self._size = size
+        if size == 0:
+            self._rolling_based_timestamp = None
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop batches from the one holding `offset`; returns bytes removed. Truncation is by whole batches."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        header, position = found
+        if header.base_offset < offset:
+            raise ValueError(f"offset {offset} is inside batch {header.base_offset}..{header.last_offset} of "
+                             f"{self.source}; truncation is by whole batches")
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self._size - position
+        self._truncate_file(position)
+        self._index_state = None
+        return removed
+
+    # ------------------------------------------------------------------ files
+    def files(self) -> list[str]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename all three files, e.g. '' -> '.deleted' or '.cleaned' -> '.swap'."""
+        self.close()
+        for attr in ("log_path",):
+            src = getattr(self, attr)
+            dst = src[: len(src) - len(old)] + new if old else src + new
+            if self.fs.exists(src):
+                self.fs.rename(src, dst)
+            setattr(self, attr, dst)
+        for index in (self.offset_index, self.time_index):
+            src = index.path
+            dst = src[: len(src) - len(old)] + new if old else src + new
+            if self.fs.exists(src):
+                self.fs.rename(src, dst)
+            index.path = dst
+        self.file_suffix = new
+
+    def delete(self) -> None:
+        self.close()
+        for path in self.files():
+            self.fs.delete(path)
+
+
+def _head(chunk: BatchChunk, n: int) -> BatchChunk:
+    """The first n batches of a chunk."""
+    return select_batches(chunk, 0, n) if n < len(chunk.scan) else chunk
+
+
+def select_batches(chunk: BatchChunk, first: int, stop: int) -> BatchChunk:
+    """A chunk holding batches [first, stop) of another, sharing nothing mutable with it."""
+    s = chunk.scan
+    start = int(s.positions[first])
+    end = int(s.positions[stop - 1] + s.sizes[stop - 1])
+    sub = BatchScan(positions=s.positions[first:stop] - start, headers=s.headers[first:stop].copy(),
+                    end=end - start, reason=0)
+    return BatchChunk(chunk.buf[start:end], sub, chunk.base_position + start, chunk.source)

@@ -1,0 +1,21 @@
+"""Shared fixtures: a fresh log dir on local disk and in fsspec's memory store."""
+
+import os
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # tests/kafka_reference.py
+
+
+@pytest.fixture
+def root(tmp_path):
+    return str(tmp_path / "logs")
+
+
+@pytest.fixture(params=["local", "memory"])
+def any_root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "logs")
+    return f"memory://kl-{uuid.uuid4().hex}"

@@ -1,0 +1,60 @@
+"""Independent references for tests: kafka-python builds and parses batches; plain-Python models."""
+
+from __future__ import annotations
+
+import struct
+
+from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def kp_batch(records, *, codec: str = "none", producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
+    """One v2 batch built by kafka-python. records: iterable of (timestamp, key, value, headers)."""
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=False,
+                                  producer_id=producer_id, producer_epoch=producer_epoch,
+                                  base_sequence=base_sequence, batch_size=2**30)
+    for i, (ts, key, value, headers) in enumerate(records):
+        b.append(i, timestamp=ts, key=key, value=value, headers=list(headers or []))
+    return bytes(b.build())
+
+
+def kp_parse(data: bytes) -> list[dict]:
+    """Every batch of a .log byte string as kafka-python sees it, with its position; records included."""
+    out = []
+    recs = MemoryRecords(bytes(data))
+    pos = 0
+    while recs.has_next():
+        batch = recs.next_batch()
+        if batch is None:
+            break
+        size = batch.size_in_bytes
+        out.append({
+            "position": pos, "size": size, "base_offset": batch.base_offset, "last_offset": batch.last_offset,
+            "max_timestamp": batch.max_timestamp, "crc_ok": batch.validate_crc(),
+            "records": [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch],
+        })
+        pos += size
+    return out
+
+
+def kafka_recovery_entries(batches: list[dict], interval: int, base_offset: int):
+    """Offset and time index entries of Kafka's recovery: per batch, if bytes since the last entry
+    exceed index.interval.bytes, index (lastOffset -> position) and (max ts so far -> its offset)."""
+    offset_entries, time_entries = [], []
+    max_ts, max_ts_offset = -1, -1
+    last_entry_pos = 0
+    last_time = -1
+    for b in batches:
+        if b["max_timestamp"] > max_ts:
+            max_ts, max_ts_offset = b["max_timestamp"], b["last_offset"]
+        if b["position"] - last_entry_pos > interval:
+            offset_entries.append((b["last_offset"] - base_offset, b["position"]))
+            if max_ts > last_time:
+                time_entries.append((max_ts, max_ts_offset - base_offset))
+                last_time = max_ts
+            last_entry_pos = b["position"]
+    index = b"".join(struct.pack(">ii", o, p) for o, p in offset_entries)
+    timeindex = b"".join(struct.pack(">qi", t, o) for t, o in time_entries)
+    return index, timeindex, (max_ts, max_ts_offset)
