@@ -46,6 +46,10 @@ class OffsetOutOfRangeError(KafkaLogError):
     """A fetch offset below logStartOffset or above the log end offset."""
 
 
+class InvalidTimestampError(KafkaLogError):
+    """A CreateTime record timestamp outside message.timestamp.before/after.max.ms of the append time."""
+
+
 class CorruptIndexError(KafkaLogError):
     """An index file that fails its sanity check; the loader rebuilds it from the log."""
 

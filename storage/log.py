@@ -13,7 +13,9 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from .errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError
+from .errors import (
+    CorruptRecordError, InvalidTimestampError, KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError,
+)
 from .filesystem import LogFileSystem
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, select_batches
@@ -22,6 +24,8 @@ from .records.record_batch import BatchScan, CompressionType, TimestampType, sca
 from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
 
 
 @dataclass
@@ -116,6 +120,7 @@ class Log:
         if not len(scan):
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         buf, scan = self._maybe_recompress(buf, scan)
+        self._check_timestamps(buf, scan, now)
         base_offsets = self._assign_offsets(buf, scan)
         append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
@@ -147,7 +152,7 @@ class Log:
             raise CorruptRecordError(f"{where}: invalid batch length", source=where, position=scan.end)
         if scan.end != len(buf):
             raise CorruptRecordError(f"{where}: trailing partial batch", source=where, position=scan.end)
-        validate_batches(buf, scan, source=where)
+        validate_batches(buf, scan, source=where, check_offsets=False)
         return scan
 
     def _maybe_recompress(self, buf: bytearray, scan: BatchScan) -> tuple[bytearray, BatchScan]:
@@ -174,6 +179,25 @@ class Log:
                                is_transactional=h.is_transactional, delete_horizon_ms=h.delete_horizon_ms,
                                now_ms=h.max_timestamp)
         return out, self._validate_input(out)
+
+    def _check_timestamps(self, buf: bytearray, scan: BatchScan, now: int) -> None:
+        """Kafka's LogValidator bounds on CreateTime timestamps, checked only when the topic sets them."""
+        cfg = self.config
+        before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
+        after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
+        if cfg.message_timestamp_type != "CreateTime" or (before == LONG_MAX and after == LONG_MAX):
+            return
+        from .records.decoder import decode_batches
+
+        records = decode_batches(bytes(buf), scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
+        ts = records.column("timestamp").to_numpy()
+        bad = np.flatnonzero((ts < now - before) | (ts > now + after))
+        if bad.size:
+            i = int(bad[0])
+            raise InvalidTimestampError(
+                f"append to {self.tp.topic}-{self.tp.partition}: timestamp {int(ts[i])} of record {i} of the append "
+                f"is out of range; it must be within [{now - before}, {now + after}] "
+                f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
 
     def _assign_offsets(self, buf: bytearray, scan: BatchScan) -> np.ndarray:
         """Patch baseOffset (outside the CRC) and partitionLeaderEpoch of every batch, vectorized."""
@@ -220,7 +244,7 @@ class Log:
                     part = select_batches(chunk, start, i)
                     seg.append(part.buf, part.scan)
                 seg = self.roll(int(bases[i]))
-                start = pending = planned = since = 0
+                start, pending, planned, since = i, 0, 0, 0
             if since > cfg.index_interval_bytes:
                 planned += 1
                 since = 0

@@ -234,7 +234,11 @@ class LogSegment:
         starts = [self._tail_scan_start()]
         if starts[0] > 0:
             n = self.offset_index.entries
-            starts += [self.offset_index.entry(k).position for k in range(max(0, n - 3), n - 1)][::-1] + [0]
+            try:
+                starts += [self.offset_index.entry(k).position for k in range(max(0, n - 3), n - 1)][::-1]
+            except CorruptIndexError:
+                pass
+            starts.append(0)
         for start in starts:
             last = None
             for chunk in self.iter_chunks(start):

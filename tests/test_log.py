@@ -188,3 +188,25 @@ def test_memory_filesystem_round_trip():
         data = b"".join(c.buf for c in log.read(0))
         assert [r[0] for b in kp_parse(data) for r in b["records"]] == list(range(40))
         assert len(log.segments) > 1
+
+
+def test_create_time_bounds_reject_the_whole_append(root):
+    lm = make(root, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
+    from storage.errors import InvalidTimestampError
+    with lm.open_log(TP, writable=True) as log:
+        now = 1_000_000
+        log.append(kp_batch([(now - 1000, b"k", b"v", []), (now + 500, b"k", b"v", [])]), now=now)
+        for bad in (now - 1001, now + 501):
+            with pytest.raises(InvalidTimestampError, match=f"timestamp {bad} of record 1"):
+                log.append(kp_batch([(now, b"k", b"v", []), (bad, b"k", b"v", [])]), now=now)
+        assert log.log_end_offset == 2
+
+
+def test_log_append_time_stamps_batches_and_keeps_crc_valid(root):
+    lm = make(root, message_timestamp_type="LogAppendTime")
+    with lm.open_log(TP, writable=True) as log:
+        info = log.append(kp_batch(records(3, ts0=5)), now=424242)
+        assert info.log_append_time == 424242
+    batches = kp_parse(seg_files(root, 0)[0])
+    assert batches[0]["crc_ok"] and batches[0]["max_timestamp"] == 424242
+    assert [r[1] for r in batches[0]["records"]] == [424242] * 3  # kafka-python applies LogAppendTime too
