@@ -1,0 +1,337 @@
+"""The `kafkalog` command: Kafka's command-line tools for a log dir with no broker.
+
+    kafkalog topics ROOT ...     kafka-topics.sh (and kafka-configs.sh --alter for topic configs)
+    kafkalog produce ROOT ...    kafka-console-producer.sh, JSON lines on stdin
+    kafkalog consume ROOT ...    kafka-console-consumer.sh, JSON lines on stdout
+    kafkalog dump-log FILE...    kafka-dump-log.sh (DumpLogSegments)
+    kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
+
+Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import BinaryIO
+
+from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
+from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
+from storage.log_manager import LogManager
+
+from . import console
+from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions, dump_files
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _offset(text: str):
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an offset, 'earliest' or 'latest', got {text!r}") from None
+
+
+ROOT_HELP = "the log dir (Kafka's log.dir): a local path, or a file:// or memory:// URL"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafkalog",
+                                     description="Kafka's tools for a Kafka-format log dir, no broker.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("topics", help="create, list, describe or alter topics (kafka-topics.sh, kafka-configs.sh)",
+                       description="Create, list, describe or alter topics, as kafka-topics.sh does.")
+    t.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    action = t.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true", help="create a topic")
+    action.add_argument("--list", action="store_true", help="list topic names, one per line")
+    action.add_argument("--describe", action="store_true", help="describe every topic, or --topic")
+    action.add_argument("--alter", action="store_true", help="change topic configs (--add-config, --delete-config)")
+    t.add_argument("--topic", help="the topic")
+    t.add_argument("--partitions", type=_positive_int, help="partition count for --create (default 1)")
+    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config override for --create (repeatable), Kafka's key names")
+    t.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
+    t.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
+                   help="with --alter: configs to set; list values in brackets: cleanup.policy=[compact,delete]")
+    t.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
+                   help="with --alter: configs to remove (back to the default)")
+    t.set_defaults(func=cmd_topics, parser=t)
+
+    p = sub.add_parser("produce", help="append JSON-line records from stdin (kafka-console-producer.sh)",
+                       description='Append records read from stdin, one JSON object per line: {"key": str|null, '
+                                   '"value": str|null, "timestamp": ms, "partition": int, "headers": [[k, v], ...]}.')
+    p.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--compression", "--compression-codec", choices=CODECS, default="none",
+                   help="the producer's codec (default none)")
+    p.add_argument("--no-create", action="store_true", help="fail if the topic does not exist")
+    p.add_argument("--partitions", type=_positive_int, help="partition count when the topic is created (default 1)")
+    p.add_argument("--batch-size", type=_positive_int, default=console.DEFAULT_BATCH_SIZE,
+                   help=f"records per batch (default {console.DEFAULT_BATCH_SIZE})")
+    p.set_defaults(func=cmd_produce, parser=p)
+
+    c = sub.add_parser("consume", help="print records as JSON lines (kafka-console-consumer.sh)",
+                       description="Print records as JSON lines, partition after partition.")
+    c.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--partition", type=_non_negative_int, help="only this partition (default: all, in order)")
+    start = c.add_mutually_exclusive_group()
+    start.add_argument("--offset", type=_offset, default="earliest",
+                       help="an offset, 'earliest' (default) or 'latest' (the log end: prints nothing)")
+    start.add_argument("--from-beginning", action="store_const", dest="offset", const="earliest",
+                       help="same as --offset earliest")
+    start.add_argument("--timestamp", type=_int, metavar="MS",
+                       help="start at the earliest offset whose timestamp >= MS (epoch milliseconds)")
+    c.add_argument("--max-messages", type=_positive_int, help="stop after this many records")
+    c.set_defaults(func=cmd_consume, parser=c)
+
+    d = sub.add_parser("dump-log", help="print segment, index and time index files (kafka-dump-log.sh)",
+                       description="Print .log, .index, .timeindex and .txnindex files as Kafka's DumpLogSegments.")
+    d.add_argument("files", nargs="*", metavar="FILE", help="files to dump (paths or file:// / memory:// URLs)")
+    d.add_argument("--files", dest="files_opt", action="append", default=[], metavar="FILE1,FILE2",
+                   help="comma separated files, Kafka's form")
+    d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
+    d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
+    d.add_argument("--skip-record-metadata", action="store_true", help="do not print record metadata")
+    d.add_argument("--verify-index-only", action="store_true", help="check indexes without printing entries")
+    d.add_argument("--index-sanity-check", action="store_true", help="only run the index sanity check")
+    d.add_argument("--max-message-size", type=_positive_int, default=DEFAULT_MAX_MESSAGE_SIZE,
+                   help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})")
+    d.add_argument("--max-bytes", type=_positive_int, default=NO_MAX_BYTES,
+                   help="read at most this many bytes of each .log file")
+    d.set_defaults(func=cmd_dump_log, parser=d)
+
+    s = sub.add_parser("describe", help="topics, partitions, offsets and segments of a log dir",
+                       description="Describe a log dir: topics, partitions, log start/end offsets, segments, bytes.")
+    s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    s.add_argument("--topic", action="append", help="only these topics (repeatable)")
+    s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
+    s.set_defaults(func=cmd_describe, parser=s)
+    return parser
+
+
+def _existing(root: str) -> LogManager:
+    """A LogManager for a log dir that must already exist (reading commands)."""
+    lm = LogManager(root)
+    if not lm.fs.isdir(lm.root):
+        raise KafkaStorageError(f"log dir {lm.url()} does not exist")
+    return lm
+
+
+# ---------------------------------------------------------------- topics
+
+
+def _split_config_list(text: str) -> list[str]:
+    """Split 'a=1,b=[x,y],c=2' at commas outside brackets (kafka-configs.sh --add-config syntax)."""
+    items, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    items.append("".join(cur))
+    return [i for i in (x.strip() for x in items) if i]
+
+
+def parse_add_config(values: list[str]) -> dict[str, str]:
+    pairs = parse_config_pairs(item for v in values for item in _split_config_list(v))
+    return {k: (v[1:-1] if v.startswith("[") and v.endswith("]") else v) for k, v in pairs.items()}
+
+
+def cmd_topics(args, stdin, out, err) -> int:
+    lm = LogManager(args.root) if args.create else _existing(args.root)
+    needs_topic = args.create or args.alter
+    if needs_topic and not args.topic:
+        args.parser.error("--topic is required with --create and --alter")
+    if not args.create and (args.partitions or args.config or args.if_not_exists):
+        args.parser.error("--partitions, --config and --if-not-exists go with --create")
+    if not args.alter and (args.add_config or args.delete_config):
+        args.parser.error("--add-config and --delete-config go with --alter")
+    if args.create:
+        if args.if_not_exists and args.topic in lm.topics():
+            return 0
+        lm.create_topic(args.topic, args.partitions or 1, parse_config_pairs(args.config))
+        out.write(f"Created topic {args.topic}.\n")
+    elif args.list:
+        for name in lm.topics():
+            out.write(name + "\n")
+    elif args.describe:
+        topics = [args.topic] if args.topic else lm.topics()
+        if args.topic:
+            lm.topic(args.topic)  # a missing topic is an error, not an empty answer
+        for t in lm.describe(topics)["topics"]:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t["config"].items()))
+            out.write(f"Topic: {t['topic']}\tTopicId: {t['topicId'] or 'none'}\t"
+                      f"PartitionCount: {len(t['partitions'])}\tConfigs: {configs}\n")
+            for p in t["partitions"]:
+                out.write(f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLogStartOffset: {p['logStartOffset']}"
+                          f"\tLogEndOffset: {p['logEndOffset']}\tSize: {p['size']}\tSegments: {len(p['segments'])}\n")
+    else:
+        if not args.add_config and not args.delete_config:
+            args.parser.error("--alter needs --add-config or --delete-config")
+        add = parse_add_config(args.add_config)
+        delete = [k for v in args.delete_config for k in _split_config_list(v)]
+        current = lm.topic(args.topic).config.overrides
+        unknown = [k for k in delete if k not in CONFIG_KEYS_BY_NAME]
+        if unknown:
+            raise InvalidConfigError(f"Unknown topic config name: {unknown[0]!r}")
+        unset = [k for k in delete if k not in current]
+        if unset:
+            raise InvalidConfigError(f"Invalid config(s): {','.join(unset)} (not set on topic {args.topic})")
+        both = sorted(set(add) & set(delete))
+        if both:
+            raise InvalidConfigError(f"Invalid config(s): {','.join(both)} (both added and deleted)")
+        lm.alter_topic_config(args.topic, add, delete)
+        out.write(f"Completed updating config for topic {args.topic}.\n")
+    return 0
+
+
+# ---------------------------------------------------------------- produce / consume
+
+
+def cmd_produce(args, stdin: BinaryIO, out, err) -> int:
+    lm = LogManager(args.root)
+    console.produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
+                    create=not args.no_create, partitions=args.partitions)
+    return 0
+
+
+def _wants_ascii(stream) -> bool:
+    enc = (getattr(stream, "encoding", None) or "utf-8").lower().replace("-", "").replace("_", "")
+    return enc not in ("utf8", "utf8sig")
+
+
+def cmd_consume(args, stdin, out, err) -> int:
+    lm = _existing(args.root)
+    if isinstance(args.offset, int) and args.partition is None:
+        partitions = lm.topic(args.topic).partitions
+        if partitions > 1:
+            args.parser.error(f"--offset {args.offset} needs --partition: topic {args.topic} has {partitions} "
+                              f"partitions (or use earliest / latest)")
+    console.consume(lm, args.topic, out, partition=args.partition, offset=args.offset, timestamp=args.timestamp,
+                    max_messages=args.max_messages, ensure_ascii=_wants_ascii(out))
+    return 0
+
+
+# ---------------------------------------------------------------- dump-log / describe
+
+
+def cmd_dump_log(args, stdin, out, err) -> int:
+    files = list(args.files) + [f for v in args.files_opt for f in v.split(",") if f]
+    if not files:
+        args.parser.error("give the files to dump (FILE... or --files a,b)")
+    opts = DumpOptions(print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
+                       verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
+                       skip_record_metadata=args.skip_record_metadata, max_message_size=args.max_message_size,
+                       max_bytes=args.max_bytes)
+    return dump_files(files, opts, out, err)
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+
+
+def cmd_describe(args, stdin, out, err) -> int:
+    lm = _existing(args.root)
+    if args.topic:
+        for t in args.topic:
+            lm.topic(t)
+    doc = lm.describe(args.topic)
+    if args.json:
+        out.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    parts, segs = [], []
+    total = 0
+    for t in doc["topics"]:
+        for p in t["partitions"]:
+            parts.append([t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"],
+                          len(p["segments"])])
+            total += p["size"]
+            for s in p["segments"]:
+                segs.append([t["topic"], p["partition"], s["baseOffset"], s["size"], s["largestTimestamp"]])
+    lines = [f"Log dir: {doc['root']}", ""]
+    lines += _table(["TOPIC", "PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SIZE", "SEGMENTS"], parts)
+    lines += [""] + _table(["TOPIC", "PARTITION", "BASE-OFFSET", "SIZE", "LARGEST-TIMESTAMP"], segs)
+    lines += ["", f"{len(doc['topics'])} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
+    out.write("\n".join(lines) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def main(argv: list[str] | None = None, *, stdin: BinaryIO | None = None) -> int:
+    """Run one kafkalog command; returns the exit code (0 ok, 1 error, 2 usage)."""
+    out, err = sys.stdout, sys.stderr
+    if not logging.getLogger().handlers:  # the engine's warnings (a rebuilt index, a cut tail), one line each
+        logging.basicConfig(format="kafkalog: warning: %(message)s", level=logging.WARNING)
+    if stdin is None:
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args, stdin, out, err) or 0
+    except SystemExit as e:  # argparse: --help (0) and usage errors (2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except BrokenPipeError:  # `kafkalog consume ... | head`: the reader left; stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 0
+    except (KafkaLogError, OSError) as e:
+        try:
+            out.flush()
+        except (OSError, ValueError):
+            pass
+        err.write(f"kafkalog: error: {_one_line(e)}\n")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
