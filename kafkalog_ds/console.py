@@ -405,12 +405,11 @@ def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compre
 
 def _check_timestamp_bounds(parsed: ParsedBlock, cfg: LogConfig, topic: str) -> None:
     """The topic's message.timestamp.before/after.max.ms, checked before anything is appended."""
-    before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
-    after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
-    if cfg.message_timestamp_type != "CreateTime" or (before == _INT64[1] and after == _INT64[1]):
-        return
     now = int(time.time() * 1000)
-    lo, hi = max(now - before, _INT64[0]), min(now + after, _INT64[1])
+    bounds = cfg.create_time_bounds(now)
+    if bounds is None:
+        return
+    lo, hi = bounds
     ts = pc.fill_null(parsed.table.column("timestamp"), now).to_numpy()
     bad = np.flatnonzero((ts < lo) | (ts > hi))
     if bad.size:

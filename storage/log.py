@@ -25,8 +25,6 @@ from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
-LONG_MAX = 2**63 - 1
-
 
 @dataclass
 class LogAppendInfo:
@@ -182,21 +180,19 @@ class Log:
 
     def _check_timestamps(self, buf: bytearray, scan: BatchScan, now: int) -> None:
         """Kafka's LogValidator bounds on CreateTime timestamps, checked only when the topic sets them."""
-        cfg = self.config
-        before = min(cfg.message_timestamp_before_max_ms, cfg.message_timestamp_difference_max_ms)
-        after = min(cfg.message_timestamp_after_max_ms, cfg.message_timestamp_difference_max_ms)
-        if cfg.message_timestamp_type != "CreateTime" or (before == LONG_MAX and after == LONG_MAX):
+        bounds = self.config.create_time_bounds(now)
+        if bounds is None:
             return
         from .records.decoder import decode_batches
 
         records = decode_batches(bytes(buf), scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
         ts = records.column("timestamp").to_numpy()
-        bad = np.flatnonzero((ts < now - before) | (ts > now + after))
+        bad = np.flatnonzero((ts < bounds[0]) | (ts > bounds[1]))
         if bad.size:
             i = int(bad[0])
             raise InvalidTimestampError(
                 f"append to {self.tp.topic}-{self.tp.partition}: timestamp {int(ts[i])} of record {i} of the append "
-                f"is out of range; it must be within [{now - before}, {now + after}] "
+                f"is out of range; it must be within [{bounds[0]}, {bounds[1]}] "
                 f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
 
     def _assign_offsets(self, buf: bytearray, scan: BatchScan) -> np.ndarray:

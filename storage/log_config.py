@@ -403,6 +403,15 @@ class LogConfig:
         return TimestampType.LOG_APPEND_TIME if self.message_timestamp_type == "LogAppendTime" \
             else TimestampType.CREATE_TIME
 
+    def create_time_bounds(self, now_ms: int) -> tuple[int, int] | None:
+        """[lo, hi] a CreateTime record timestamp must fall in at append time (Kafka's LogValidator),
+        from message.timestamp.before/after.max.ms (and the older difference.max.ms); None: unbounded."""
+        before = min(self.message_timestamp_before_max_ms, self.message_timestamp_difference_max_ms)
+        after = min(self.message_timestamp_after_max_ms, self.message_timestamp_difference_max_ms)
+        if self.message_timestamp_type != "CreateTime" or (before == LONG_MAX and after == LONG_MAX):
+            return None
+        return max(now_ms - before, LONG_MIN), min(now_ms + after, LONG_MAX)
+
 
 def _check_table() -> None:
     fields = {f.name: f for f in dataclasses.fields(LogConfig) if f.name != "explicit"}
