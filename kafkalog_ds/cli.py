@@ -22,8 +22,10 @@ from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
 from storage.log_manager import LogManager
 
-from . import console
-from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions, dump_files
+from .consume import consume
+from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions
+from .dump_segments import dump_files
+from .produce import DEFAULT_BATCH_SIZE, produce
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -100,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the producer's codec (default none)")
     p.add_argument("--no-create", action="store_true", help="fail if the topic does not exist")
     p.add_argument("--partitions", type=_positive_int, help="partition count when the topic is created (default 1)")
-    p.add_argument("--batch-size", type=_positive_int, default=console.DEFAULT_BATCH_SIZE,
-                   help=f"records per batch (default {console.DEFAULT_BATCH_SIZE})")
+    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
+                   help=f"records per batch (default {DEFAULT_BATCH_SIZE})")
     p.set_defaults(func=cmd_produce, parser=p)
 
     c = sub.add_parser("consume", help="print records as JSON lines (kafka-console-consumer.sh)",
@@ -230,8 +232,8 @@ def cmd_topics(args, stdin, out, err) -> int:
 
 def cmd_produce(args, stdin: BinaryIO, out, err) -> int:
     lm = LogManager(args.root)
-    console.produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
-                    create=not args.no_create, partitions=args.partitions)
+    produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
+            create=not args.no_create, partitions=args.partitions)
     return 0
 
 
@@ -247,8 +249,8 @@ def cmd_consume(args, stdin, out, err) -> int:
         if partitions > 1:
             args.parser.error(f"--offset {args.offset} needs --partition: topic {args.topic} has {partitions} "
                               f"partitions (or use earliest / latest)")
-    console.consume(lm, args.topic, out, partition=args.partition, offset=args.offset, timestamp=args.timestamp,
-                    max_messages=args.max_messages, ensure_ascii=_wants_ascii(out))
+    consume(lm, args.topic, out, partition=args.partition, offset=args.offset, timestamp=args.timestamp,
+            max_messages=args.max_messages, ensure_ascii=_wants_ascii(out))
     return 0
 
 

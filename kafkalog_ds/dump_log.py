@@ -1,5 +1,5 @@
-"""`kafkalog dump-log`: Kafka's DumpLogSegments (kafka-dump-log.sh) for .log, .index, .timeindex and
-.txnindex files, printing the same lines in the same shape (field names, order, stderr reports).
+"""`kafkalog dump-log` for .log files: Kafka's DumpLogSegments batch and record lines, in the same
+shape (field names, order), plus the options and the end-of-run report all dumpers share.
 
 Files are read through the filesystem seam in growing chunks, so a 1 GiB segment never sits in
 memory at once; a batch is never read whole unless it fits --max-message-size.
@@ -7,7 +7,6 @@ memory at once; a batch is never read whole unless it fits --max-message-size.
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass, field
 from typing import Iterator, TextIO
@@ -16,9 +15,8 @@ import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import CorruptIndexError, KafkaLogError
-from storage.filesystem import LogFileSystem, open_filesystem
-from storage.index import OffsetIndex, TimeIndex
+from storage.errors import KafkaLogError
+from storage.filesystem import LogFileSystem
 from storage.log_segment import BatchChunk, select_batches
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
@@ -34,11 +32,8 @@ FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 2 * 1024 * 1024
 RECORD_INDENT = "|"
 INT32_MAX = 2**31 - 1
-TXN_ENTRY = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"),
-                      ("last_offset", ">i8"), ("last_stable_offset", ">i8")])
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
                  5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
-UNSUPPORTED = {".snapshot": "producer state snapshots", ".checkpoint": "KRaft snapshots"}
 
 
 @dataclass
@@ -172,7 +167,7 @@ class SegmentReader:
                 sel = np.flatnonzero(np.isin(last, want_last_offsets))
                 for i, got in zip(sel.tolist(), _records_of(arr, scan, base, source, sel)):
                     if isinstance(got, Exception):
-                        errors[base + int(scan.positions[i])] = _one_line(got)
+                        errors[base + int(scan.positions[i])] = one_line(got)
                     elif got.num_rows:
                         max_ts[i] = max(-1, int(got.column("timestamp").to_numpy().max()))
             cols["record_max_ts"].append(max_ts)
@@ -324,7 +319,7 @@ def record_lines(records: pa.RecordBatch, header, opts: DumpOptions) -> list[str
 # ---------------------------------------------------------------- files
 
 
-def _start_offset(name: str, display: str) -> int:
+def start_offset(name: str, display: str) -> int:
     head = name.split(".")[0]
     if not head.isdigit():
         raise DumpError(f"cannot dump {display}: the file name must start with the segment's base offset "
@@ -335,7 +330,7 @@ def _start_offset(name: str, display: str) -> int:
 def dump_log(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
              report: DumpReport, abs_name: str) -> None:
     name = fs.basename(path)
-    out.write(f"Log starting offset: {_start_offset(name, display)}\n")
+    out.write(f"Log starting offset: {start_offset(name, display)}\n")
     size = fs.size(path)
     reader = SegmentReader(fs, path, min(size, opts.max_bytes), opts.max_message_size)
     source = fs.url(path)
@@ -379,8 +374,8 @@ def _dump_batches(arr, scan: BatchScan, base: int, source: str, opts: DumpOption
         text.append(line)
         records = decoded[i]
         if isinstance(records, Exception):
-            state["failed"].append(_one_line(records))
-            text.append(f"{RECORD_INDENT} error: the records of this batch cannot be read: {_one_line(records)}")
+            state["failed"].append(one_line(records))
+            text.append(f"{RECORD_INDENT} error: the records of this batch cannot be read: {one_line(records)}")
             continue
         offs = records.column("offset").to_numpy()
         if offs.size:
@@ -399,192 +394,5 @@ def _head(scan: BatchScan, n: int) -> BatchScan:
     return BatchScan(scan.positions[:n], scan.headers[:n], int(scan.positions[n]), 0)
 
 
-def _log_path_for(fs: LogFileSystem, path: str) -> str:
-    name = fs.basename(path)
-    return fs.join(fs.dirname(path), name.split(".")[0] + ".log")
-
-
-def _log_batches(fs: LogFileSystem, path: str, display: str, max_message_size: int,
-                 want_last_offsets: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    log_path = _log_path_for(fs, path)
-    if not fs.exists(log_path):
-        raise DumpError(f"cannot check {display}: its log file {fs.url(log_path)} does not exist")
-    reader = SegmentReader(fs, log_path, fs.size(log_path), max(max_message_size, RECORD_BATCH_OVERHEAD))
-    return reader.batch_table(want_last_offsets, fs.url(log_path))
-
-
-def _read_whole(fs: LogFileSystem, path: str) -> bytes:
-    """An index file's bytes; Kafka's indexes are at most Integer.MAX_VALUE bytes, so a bigger file is refused."""
-    size = fs.size(path)
-    if size > INT32_MAX:
-        raise DumpError(f"{fs.url(path)} is {size} bytes, larger than any Kafka index can be")
-    return fs.read(path)
-
-
-def _read_entries(fs: LogFileSystem, path: str, dtype: np.dtype) -> np.ndarray:
-    data = _read_whole(fs, path)
-    n = len(data) // dtype.itemsize
-    return np.frombuffer(data, dtype, count=n)
-
-
-def _stop_at_zero_entry(rel: np.ndarray) -> int:
-    """Kafka stops at the first entry after the first whose offset is the base offset (preallocated zeros)."""
-    zeros = np.flatnonzero(rel[1:] == 0)
-    return int(zeros[0]) + 1 if zeros.size else len(rel)
-
-
-def dump_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-               report: DumpReport, abs_name: str) -> None:
-    base = _start_offset(fs.basename(path), display)
-    entries = _read_entries(fs, path, OffsetIndex.entry_dtype)
-    if len(entries) == 0:
-        out.write(f"{display} is empty.\n")
-        return
-    if opts.index_sanity_check:
-        size = fs.size(path)
-        OffsetIndex(fs, path, base, max(size, 8), file_size=size).sanity_check()
-        out.write(f"{display} passed sanity check.\n")
-        return
-    rel = entries["relative_offset"].astype(np.int64)
-    n = _stop_at_zero_entry(rel)
-    offsets = base + rel[:n]
-    positions = entries["position"].astype(np.int64)[:n]
-    batches = _log_batches(fs, path, display, opts.max_message_size)
-    bpos = batches["positions"]
-    j = np.searchsorted(bpos, positions)
-    jc = np.minimum(j, max(len(bpos) - 1, 0))
-    hit = (j < len(bpos)) & (bpos[jc] == positions) if len(bpos) else np.zeros(n, bool)
-    found = np.where(hit, batches["last_offsets"][jc] if len(bpos) else -1, -1)
-    for i in np.flatnonzero(~hit).tolist():  # entries that point between batches: read that header, as Kafka does
-        found[i] = _last_offset_at(fs, _log_path_for(fs, path), int(positions[i]), opts.max_message_size)
-    bad = np.flatnonzero(found != offsets)
-    if bad.size:
-        report.index_mismatches.setdefault(abs_name, []).extend(zip(offsets[bad].tolist(), found[bad].tolist()))
-    if not opts.verify_index_only:
-        out.write("".join(f"offset: {o} position: {p}\n" for o, p in zip(offsets.tolist(), positions.tolist())))
-
-
-def _last_offset_at(fs: LogFileSystem, log_path: str, position: int, max_message_size: int) -> int:
-    """lastOffset of a batch read at an arbitrary position within max_message_size bytes, or -1."""
-    if position < 0:
-        return -1
-    end = min(fs.size(log_path), position + max_message_size)
-    head = fs.read(log_path, position, min(end, position + RECORD_BATCH_OVERHEAD))
-    if len(head) < RECORD_BATCH_OVERHEAD:
-        return -1
-    base, length = struct.unpack_from(">qi", head, 0)
-    if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or position + LOG_OVERHEAD + length > end:
-        return -1
-    return base + struct.unpack_from(">i", head, 23)[0]
-
-
-def dump_time_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-                    report: DumpReport, abs_name: str) -> None:
-    base = _start_offset(fs.basename(path), display)
-    size = fs.size(path)
-    if opts.index_sanity_check:
-        index = TimeIndex(fs, path, base, max(size, 12), file_size=size)
-        index.sanity_check()
-        if index.entries and index.last_entry.timestamp < index.entry(0).timestamp:
-            raise CorruptIndexError(
-                f"Corrupt time index found, time index file ({fs.url(path)}) has non-zero size but the last "
-                f"timestamp is {index.last_entry.timestamp} which is less than the first timestamp "
-                f"{index.entry(0).timestamp}")
-        out.write(f"{display} passed sanity check.\n")
-        return
-    entries = _read_entries(fs, path, TimeIndex.entry_dtype)
-    if len(entries) == 0:
-        return
-    rel = entries["relative_offset"].astype(np.int64)
-    n = _stop_at_zero_entry(rel)
-    offsets = base + rel[:n]
-    stamps = entries["timestamp"].astype(np.int64)[:n]
-    index_path = path[: -len(".timeindex")] + ".index"
-    isize = fs.size(index_path) if fs.exists(index_path) else 0
-    offset_index = OffsetIndex(fs, index_path, base, max(isize, 8), file_size=isize)
-    batches = _log_batches(fs, path, display, opts.max_message_size, offsets)
-    bpos, blast = batches["positions"], batches["last_offsets"]
-    prev = -1
-    lines = []
-    for i in range(n):  # per index entry
-        off, ts = int(offsets[i]), int(stamps[i])
-        try:
-            lookup = offset_index.lookup(off).position
-        except CorruptIndexError:
-            lookup = 0
-        j = max(int(np.searchsorted(bpos, lookup)), int(np.searchsorted(blast, off)))
-        if j >= len(bpos):
-            report.time_not_found.setdefault(abs_name, []).append((off, -1))
-        elif int(blast[j]) != off:
-            report.time_not_found.setdefault(abs_name, []).append((off, int(blast[j])))
-        else:
-            problem = batches["errors"].get(int(bpos[j]))
-            if problem is not None:
-                raise DumpError(f"cannot check {display} entry {i}: {problem}")
-            max_ts = int(batches["record_max_ts"][j])
-            if max_ts != ts:
-                report.time_mismatches.setdefault(abs_name, []).append((ts, max_ts))
-            if prev >= ts:
-                report.time_out_of_order.setdefault(abs_name, []).append((ts, prev))
-        if not opts.verify_index_only:
-            lines.append(f"timestamp: {ts} offset: {off}\n")
-        prev = ts
-    out.write("".join(lines))
-
-
-def dump_txn_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-                   report: DumpReport, abs_name: str) -> None:
-    data = _read_whole(fs, path)
-    n = len(data) // TXN_ENTRY.itemsize
-    e = np.frombuffer(data, TXN_ENTRY, count=n)
-    out.write("".join(
-        f"version: {v} producerId: {p} firstOffset: {f} lastOffset: {la} lastStableOffset: {s}\n"
-        for v, p, f, la, s in zip(e["version"].tolist(), e["producer_id"].tolist(), e["first_offset"].tolist(),
-                                  e["last_offset"].tolist(), e["last_stable_offset"].tolist())))
-    if len(data) % TXN_ENTRY.itemsize:
-        raise CorruptIndexError(f"transaction index {fs.url(path)} ends with a partial entry "
-                                f"(position {n * TXN_ENTRY.itemsize})")
-
-
-_DUMPERS = {".log": dump_log, ".index": dump_index, ".timeindex": dump_time_index,
-            ".txnindex": dump_txn_index}
-
-
-def _open(arg: str) -> tuple[LogFileSystem, str, str]:
-    fs, path = open_filesystem(arg)
-    abs_name = os.path.abspath(path) if "://" not in arg or arg.startswith("file://") else fs.url(path)
-    return fs, path, abs_name
-
-
-def dump_files(files: list[str], opts: DumpOptions, out: TextIO, err: TextIO) -> int:
-    """Dump each file as Kafka's tool does; returns 1 if any file could not be read through, else 0."""
-    report = DumpReport()
-    for arg in files:
-        out.write(f"Dumping {arg}\n")
-        name = os.path.basename(arg.rstrip("/"))
-        suffix = name[name.rfind("."):] if "." in name else ""
-        dumper = _DUMPERS.get(suffix)
-        if dumper is None:
-            if suffix in UNSUPPORTED:
-                err.write(f"Ignoring {arg}: {UNSUPPORTED[suffix]} are not supported\n")
-            else:
-                err.write(f"Ignoring unknown file {arg}\n")
-            continue
-        try:
-            fs, path, abs_name = _open(arg)
-            if not fs.exists(path):
-                raise DumpError(f"{arg} does not exist")
-            dumper(fs, path, arg, opts, out, report, abs_name)
-        except BrokenPipeError:
-            raise
-        except (KafkaLogError, OSError) as e:
-            out.flush()
-            err.write(f"kafkalog: error: {_one_line(e)}\n")
-            report.errors += 1
-    out.flush()
-    report.print_to(err)
-    return 1 if report.errors else 0
-
-
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
     return " ".join(str(e).split("\n"))

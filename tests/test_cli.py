@@ -19,7 +19,7 @@ import pytest
 from kafka.partitioner import DefaultPartitioner
 from kafka.record.memory_records import MemoryRecords
 
-from kafkalog_ds import console
+from kafkalog_ds import produce as console
 from kafkalog_ds.cli import main
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition

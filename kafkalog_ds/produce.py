@@ -1,9 +1,9 @@
-"""Kafka's console producer and consumer for a log dir: JSON lines in, record batches appended; records out
-as JSON lines.
+"""Kafka's console producer for a log dir: JSON lines in, record batches appended.
 
 Input is parsed a block at a time by Arrow's JSON reader (no per-line Python on the normal path);
 only when a block has a problem is it walked line by line, to name the line at fault. Every block
-is validated and encoded before anything is appended, so bad input writes nothing.
+is validated and encoded before anything is appended, so bad input writes nothing. The input shape
+is the consumer's output (kafkalog_ds.consume), so the two round-trip.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.partitioner import partition_for_keys
 from storage.records.builder import build_records
-from storage.records.record_batch import CompressionType, TimestampType
+from storage.records.record_batch import CompressionType
 from storage.topic_partition import TopicPartition, validate_topic_name
 
 BLOCK_BYTES = 4 * 1024 * 1024  # stdin is parsed in blocks of about this size, cut at a line end
@@ -463,68 +463,3 @@ def _encode(table: pa.Table, rows: np.ndarray, lines: np.ndarray, codec: Compres
             line = int(lines[rows[start + int(m.group(1))]])
             raise InvalidInputError(f"stdin line {line}: {m.group(2)}; nothing was written") from None
     return b"".join(parts), table.num_rows
-
-
-# ---------------------------------------------------------------- consumer
-
-
-def _text_or_base64(b: bytes | None, name: str, flags: list) -> str | None:
-    if b is None:
-        return None
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        flags.append(name)
-        return base64.b64encode(b).decode("ascii")
-
-
-def records_to_json(batch: pa.RecordBatch, topic: str, partition: int, ensure_ascii: bool = False) -> list[str]:
-    """One JSON line per record. Keys, values and header values print as UTF-8 text when they are valid
-    UTF-8, else as base64, and the record gets a 'base64' list naming those fields."""
-    cols = {name: batch.column(name).to_pylist() for name in ("offset", "timestamp", "timestampType", "key",
-                                                               "value", "headers")}
-    names = {int(t): t.kafka_name for t in TimestampType}
-    out = []
-    for i, offset in enumerate(cols["offset"]):  # output: one line per record
-        flags: list = []
-        key = _text_or_base64(cols["key"][i], "key", flags)
-        value = _text_or_base64(cols["value"][i], "value", flags)
-        headers = [[h["key"], _text_or_base64(h["value"], f"headers.{j}", flags)]
-                   for j, h in enumerate(cols["headers"][i] or ())]
-        rec = {"topic": topic, "partition": partition, "offset": offset, "timestamp": cols["timestamp"][i],
-               "timestampType": names.get(cols["timestampType"][i], "NoTimestampType"), "key": key, "value": value,
-               "headers": headers}
-        if flags:
-            rec["base64"] = flags
-        out.append(json.dumps(rec, ensure_ascii=ensure_ascii))
-    return out
-
-
-def consume(lm: LogManager, topic: str, out: TextIO, *, partition: int | None = None, offset: str | int = "earliest",
-            timestamp: int | None = None, max_messages: int | None = None, ensure_ascii: bool = False) -> int:
-    """Print records as JSON lines, partition by partition; returns how many were printed."""
-    meta = lm.topic(topic)
-    parts = [partition] if partition is not None else list(range(meta.partitions))
-    printed = 0
-    for p in parts:
-        with lm.open_log(TopicPartition(topic, p)) as log:
-            if timestamp is not None:
-                start = log.offset_for_timestamp(timestamp)
-                if start is None:
-                    continue
-            elif offset == "earliest":
-                start = log.log_start_offset
-            elif offset == "latest":
-                start = log.log_end_offset
-            else:
-                start = int(offset)
-            for batch in log.read_records(start):
-                if max_messages is not None and batch.num_rows > max_messages - printed:
-                    batch = batch.slice(0, max_messages - printed)
-                lines = records_to_json(batch, topic, p, ensure_ascii)
-                if lines:
-                    out.write("\n".join(lines) + "\n")
-                printed += len(lines)
-                if max_messages is not None and printed >= max_messages:
-                    return printed
-    return printed

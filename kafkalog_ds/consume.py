@@ -1,0 +1,77 @@
+"""Kafka's console consumer for a log dir: records out as JSON lines, in the shape the producer
+(kafkalog_ds.produce) reads back.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import TextIO
+
+import pyarrow as pa
+
+from storage.log_manager import LogManager
+from storage.records.record_batch import TimestampType
+from storage.topic_partition import TopicPartition
+
+
+def _text_or_base64(b: bytes | None, name: str, flags: list) -> str | None:
+    if b is None:
+        return None
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        flags.append(name)
+        return base64.b64encode(b).decode("ascii")
+
+
+def records_to_json(batch: pa.RecordBatch, topic: str, partition: int, ensure_ascii: bool = False) -> list[str]:
+    """One JSON line per record. Keys, values and header values print as UTF-8 text when they are valid
+    UTF-8, else as base64, and the record gets a 'base64' list naming those fields."""
+    cols = {name: batch.column(name).to_pylist() for name in ("offset", "timestamp", "timestampType", "key",
+                                                               "value", "headers")}
+    names = {int(t): t.kafka_name for t in TimestampType}
+    out = []
+    for i, offset in enumerate(cols["offset"]):  # output: one line per record
+        flags: list = []
+        key = _text_or_base64(cols["key"][i], "key", flags)
+        value = _text_or_base64(cols["value"][i], "value", flags)
+        headers = [[h["key"], _text_or_base64(h["value"], f"headers.{j}", flags)]
+                   for j, h in enumerate(cols["headers"][i] or ())]
+        rec = {"topic": topic, "partition": partition, "offset": offset, "timestamp": cols["timestamp"][i],
+               "timestampType": names.get(cols["timestampType"][i], "NoTimestampType"), "key": key, "value": value,
+               "headers": headers}
+        if flags:
+            rec["base64"] = flags
+        out.append(json.dumps(rec, ensure_ascii=ensure_ascii))
+    return out
+
+
+def consume(lm: LogManager, topic: str, out: TextIO, *, partition: int | None = None, offset: str | int = "earliest",
+            timestamp: int | None = None, max_messages: int | None = None, ensure_ascii: bool = False) -> int:
+    """Print records as JSON lines, partition by partition; returns how many were printed."""
+    meta = lm.topic(topic)
+    parts = [partition] if partition is not None else list(range(meta.partitions))
+    printed = 0
+    for p in parts:
+        with lm.open_log(TopicPartition(topic, p)) as log:
+            if timestamp is not None:
+                start = log.offset_for_timestamp(timestamp)
+                if start is None:
+                    continue
+            elif offset == "earliest":
+                start = log.log_start_offset
+            elif offset == "latest":
+                start = log.log_end_offset
+            else:
+                start = int(offset)
+            for batch in log.read_records(start):
+                if max_messages is not None and batch.num_rows > max_messages - printed:
+                    batch = batch.slice(0, max_messages - printed)
+                lines = records_to_json(batch, topic, p, ensure_ascii)
+                if lines:
+                    out.write("\n".join(lines) + "\n")
+                printed += len(lines)
+                if max_messages is not None and printed >= max_messages:
+                    return printed
+    return printed
