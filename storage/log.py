@@ -62,6 +62,7 @@ class Log:
         self.writable = writable
         self._lock = lock
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
+        self.producer_state = None  # a writer's ProducerStateManager, set by the loader
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self.closed = False

@@ -18,6 +18,7 @@ from .filesystem import FileInfo, LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment
+from .producer_state import ProducerStateManager
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file,
@@ -37,6 +38,7 @@ class LoadReport:
     rebuilt_indexes: list[int] = field(default_factory=list)
     recovered_segments: list[int] = field(default_factory=list)
     truncated: list[tuple[str, int, str]] = field(default_factory=list)  # (file, bytes cut, reason)
+    resolved_commits: list[str] = field(default_factory=list)  # pending sink commits finished or rolled back
 
 
 class LogLoader:
@@ -86,8 +88,12 @@ class LogLoader:
                 segments[-1].delete()
                 segments[-1] = LogSegment.create(self.fs, self.dir, next_offset, **self._kwargs())
             recovery_point = min(max(self.recovery_point, start), next_offset) if not self.writable else next_offset
-            return Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
-                       recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
+            log = Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
+                      recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
+            if self.writable:
+                log.producer_state = ProducerStateManager(self.fs, self.dir)
+                self.report.resolved_commits = log.producer_state.resolve_pending(log)
+            return log
         except BaseException:
             if lock is not None:
                 lock.close()

@@ -4,7 +4,12 @@ import os
 import sys
 import uuid
 
-import pytest
+# Spark's Python workers must run this interpreter (with this package installed), and pytest-spark
+# starts the JVM in pytest_configure, so this happens at import time.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/kafka_reference.py
 

@@ -1,0 +1,85 @@
+"""Batch and streaming Arrow writers: executors stage encoded batches, the driver commits them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
+)
+
+from storage.log_manager import LogManager
+from storage.staged_commit import RecordStager, StagedFile, cleanup_staged, commit_staged
+
+from .options import SINK_COLUMNS, SinkOptions
+
+
+@dataclass
+class KafkaLogCommitMessage(WriterCommitMessage):
+    staged: Optional[StagedFile]  # byte ranges of the task's staging file; None when it had no rows
+
+
+def _task_index() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+class _StagingWriter:
+    """Shared by both writers: the write() side and the commit() side."""
+
+    def __init__(self, options: SinkOptions, writer_id: int):
+        self.options = options
+        self.writer_id = writer_id
+
+    def _stage(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+        lm = LogManager(self.options.path)
+        stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
+                              new_topic_config=self.options.topic_config,
+                              new_topic_partitions=self.options.partitions, task_index=_task_index())
+        try:
+            for batch in iterator:
+                cols = [c for c in batch.schema.names if c in SINK_COLUMNS]
+                stager.add(batch.select(cols))
+            return KafkaLogCommitMessage(stager.finish())
+        except BaseException:
+            stager.abort()
+            raise
+
+    def _commit(self, messages: List[Optional[KafkaLogCommitMessage]], batch_id: int, ephemeral: bool) -> None:
+        staged = [m.staged for m in messages if m is not None and m.staged is not None]
+        commit_staged(LogManager(self.options.path), self.writer_id, batch_id, staged, ephemeral=ephemeral,
+                      lock_timeout=self.options.lock_timeout_s)
+
+    def _abort(self, messages) -> None:
+        names = [m.staged.name for m in messages if m is not None and m.staged is not None]
+        cleanup_staged(LogManager(self.options.path), self.writer_id, names)
+
+
+class KafkaLogBatchWriter(_StagingWriter, DataSourceArrowWriter):
+    """`df.write.format("kafkalog")`: one commit, under a one-off writer id."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+        return self._stage(iterator)
+
+    def commit(self, messages) -> None:
+        self._commit(messages, 0, ephemeral=True)
+
+    def abort(self, messages) -> None:
+        self._abort(messages)
+
+
+class KafkaLogStreamWriter(_StagingWriter, DataSourceStreamArrowWriter):
+    """`writeStream.format("kafkalog")`: exactly-once per (query, batch id, partition)."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+        return self._stage(iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        self._commit(messages, batchId, ephemeral=False)
+
+    def abort(self, messages, batchId: int) -> None:
+        self._abort(messages)
