@@ -74,6 +74,8 @@ class LogManager:
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
         for p in range(partitions):
             self.fs.mkdirs(self.partition_dir(TopicPartition(topic, p)))
+        if self.fs.capabilities.fsync:  # the new entries in ROOT survive a power cut with the data under them
+            self.fs.sync_dir(self.root)
         return meta
 
     def get_or_create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
