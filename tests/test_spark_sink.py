@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from kafka_reference import kp_parse
+from kafka_reference import kafka_recovery_entries, kp_parse
 
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
@@ -68,6 +68,7 @@ def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_pat
     stream = spark_session.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1) \
         .parquet(str(tmp_path / "in"))
     q = (stream.writeStream.format("kafkalog").option("topic", "events").option("partitions", "3")
+         .option("segment.bytes", "4096").option("index.interval.bytes", "300")
          .option("checkpointLocation", ckpt).trigger(availableNow=True).start(root))
     q.awaitTermination(120)
     assert q.exception() is None
@@ -76,6 +77,17 @@ def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_pat
     assert values == list(range(3000))
     for rows in got.values():
         assert [r[0] for r in rows] == list(range(len(rows)))
+    # every segment's .index is what Kafka's recovery would rebuild from its .log
+    segments = 0
+    for p in range(3):
+        d = os.path.join(root, f"events-{p}")
+        for name in sorted(f for f in os.listdir(d) if f.endswith(".log")):
+            base = int(name[:20])
+            data = open(os.path.join(d, name), "rb").read()
+            index = open(os.path.join(d, name[:20] + ".index"), "rb").read()
+            assert index == kafka_recovery_entries(kp_parse(data), 300, base)[0]
+            segments += 1
+    assert segments > 6
     from kafkalog_ds.cli import main
     assert main(["consume", root, "--topic", "events", "--partition", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(got[1])
