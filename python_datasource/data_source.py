@@ -8,6 +8,8 @@ from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
 
 from .options import SinkOptions, check_schema
+from .reader import KafkaLogBatchReader, KafkaLogStreamReader, source_schema
+from .source_options import SourceOptions
 from .writer import KafkaLogBatchWriter, KafkaLogStreamWriter
 
 
@@ -17,6 +19,24 @@ class KafkaLogDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "kafkalog"
+
+    def schema(self) -> str:
+        """Spark's Kafka source schema, plus headers with includeHeaders=true."""
+        include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
+        return source_schema(include == "true")
+
+    def reader(self, schema):
+        return KafkaLogBatchReader(SourceOptions.parse(dict(self.options), streaming=False))
+
+    def streamReader(self, schema):
+        opts = SourceOptions.parse(dict(self.options), streaming=True)
+        if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
+            from . import reader
+
+            if reader.ReadMaxRows is None:
+                raise InvalidConfigError("maxOffsetsPerTrigger / minOffsetsPerTrigger need pyspark 4.2 or later "
+                                         "(the read-limit API for Python streaming sources)")
+        return KafkaLogStreamReader(opts)
 
     def _sink_options(self, schema, overwrite: bool) -> SinkOptions:
         if overwrite:

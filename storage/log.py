@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import (
-    CorruptRecordError, InvalidTimestampError, KafkaStorageError, OffsetOutOfRangeError, RecordTooLargeError,
+    CorruptIndexError, CorruptRecordError, InvalidTimestampError, KafkaStorageError, OffsetOutOfRangeError,
+    RecordTooLargeError,
 )
 from .filesystem import LogFileSystem
 from .log_config import LogConfig
@@ -371,6 +372,25 @@ class Log:
             if found is not None:
                 return found
         return None
+
+    def split_points(self, start: int, end: int) -> list[int]:
+        """Offsets in (start, end) where a reader may split the range without sharing a batch:
+        segment base offsets and the batch starts the offset indexes record (entry offset + 1)."""
+        points = []
+        for i, seg in enumerate(self._segments):
+            if seg.base_offset >= end:
+                break
+            if i + 1 < len(self._segments) and self._bases[i + 1] <= start:
+                continue  # wholly before the range
+            if seg.base_offset > start:
+                points.append(seg.base_offset)
+            try:
+                entries = seg.offset_index.entry_array(0)
+            except CorruptIndexError:  # an unreadable index only costs split points
+                continue
+            offs = seg.base_offset + entries["relative_offset"].astype(np.int64) + 1
+            points.extend(offs[(offs > start) & (offs < end)].tolist())
+        return sorted(set(points))
 
     # ------------------------------------------------------------------ truncation and log start
     def truncate_to(self, offset: int) -> None:

@@ -1,0 +1,150 @@
+"""Turn source options into offset ranges per partition, the way Spark's Kafka source plans them."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from storage.errors import KafkaLogError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
+
+from .source_options import EARLIEST, LATEST, OffsetSpec, SourceOptions
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(KafkaLogError):
+    """Data the query asked for is gone (retention, a deleted partition) and failOnDataLoss is true."""
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    log_start: int
+    log_end: int
+
+
+def topic_partitions(lm: LogManager, opts: SourceOptions) -> list[TopicPartition]:
+    """subscribe / subscribePattern / assign, against the topics under ROOT now."""
+    if opts.assign is not None:
+        return sorted(TopicPartition(t, p) for t, p in opts.assign)
+    existing = lm.topics()
+    if opts.subscribe is not None:
+        names = [t for t in opts.subscribe if t in existing]
+    else:
+        names = [t for t in existing if re.fullmatch(opts.pattern, t)]
+    return sorted(tp for t in names for tp in lm.partitions(t))
+
+
+def partition_states(lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool) -> dict:
+    """Log start and end offsets per partition; a missing assigned partition is data loss."""
+    out = {}
+    for tp in tps:
+        try:
+            with lm.open_log(tp) as plog:
+                out[tp] = PartitionState(plog.log_start_offset, plog.log_end_offset)
+        except UnknownTopicOrPartitionError as e:
+            _data_loss(fail_on_data_loss, f"{tp.topic}-{tp.partition} does not exist: {e}")
+    return out
+
+
+def _data_loss(fail: bool, message: str) -> None:
+    if fail:
+        raise DataLossError(message + ". Set failOnDataLoss=false to skip what is gone and go on.")
+    log.warning("%s; skipping (failOnDataLoss=false)", message)
+
+
+def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, strategy: str = "error",
+            require_all: bool = True) -> dict[TopicPartition, int]:
+    """Offsets for one end of the range: -2 earliest, -1 latest, or by timestamp (Kafka ListOffsets)."""
+    out = {}
+    listed = {(t, p) for t, p, _ in spec.per_partition}
+    if spec.kind != "timestamp" and spec.per_partition and require_all:
+        missing = [f"{tp.topic}-{tp.partition}" for tp in states if (tp.topic, tp.partition) not in listed]
+        if missing:
+            name = ("starting" if is_start else "ending") + ("OffsetsByTimestamp" if spec.kind == "timestamps"
+                                                            else "Offsets")
+            raise KafkaLogError(f"option '{name}' must give every partition the query reads; missing: "
+                                f"{', '.join(missing)}")
+    for tp, st in states.items():
+        if spec.kind == "timestamp":
+            value, by_time = spec.default, True
+        else:
+            value = spec.value_for(tp.topic, tp.partition)
+            by_time = spec.kind == "timestamps" and value is not None
+            if value is None:
+                value = spec.default
+        if by_time:
+            with lm.open_log(tp) as plog:
+                found = plog.offset_for_timestamp(value)
+            if found is None:
+                if is_start and strategy == "error":
+                    raise KafkaLogError(
+                        f"no record at or after timestamp {value} in {tp.topic}-{tp.partition} (log end offset "
+                        f"{st.log_end}); set startingOffsetsByTimestampStrategy=latest to start at the end instead")
+                found = st.log_end
+            out[tp] = found
+        elif value == EARLIEST:
+            out[tp] = st.log_start
+        elif value == LATEST:
+            out[tp] = st.log_end
+        else:
+            out[tp] = value
+    return out
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool) -> list[OffsetRange]:
+    """Check each range against what the log holds now; gaps from compaction are not data loss."""
+    out = []
+    for tp, start in starts.items():
+        if tp not in ends or tp not in states:
+            continue
+        st, end = states[tp], ends[tp]
+        if start < st.log_start:
+            _data_loss(fail_on_data_loss,
+                       f"offsets {start}..{st.log_start - 1} of {tp.topic}-{tp.partition} are gone (log start offset "
+                       f"is now {st.log_start}, by retention or delete-records)")
+            start = st.log_start
+        if end > st.log_end:
+            raise OffsetOutOfRangeError(f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
+                                        f"offset {st.log_end}")
+        if start > end:
+            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}: starting offset {start} is after ending offset "
+                                        f"{end}")
+        if start < end:
+            out.append(OffsetRange(tp.topic, tp.partition, start, end))
+    return out
+
+
+def split(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Cut big ranges at segment or index boundaries until there are about min_partitions of them,
+    each partition's share in proportion to its size (Spark's KafkaOffsetRangeCalculator idea)."""
+    if not min_partitions or len(rs) >= min_partitions:
+        return rs
+    total = sum(r.end - r.start for r in rs)
+    out = []
+    for r in rs:
+        want = max(1, round(min_partitions * (r.end - r.start) / total))
+        if want == 1:
+            out.append(r)
+            continue
+        with lm.open_log(TopicPartition(r.topic, r.partition)) as plog:
+            points = plog.split_points(r.start, r.end)
+        cuts, step = [], (r.end - r.start) / want
+        for k in range(1, want):
+            target = r.start + step * k
+            best = min(points, key=lambda p: abs(p - target), default=None)
+            if best is not None and best not in cuts:
+                cuts.append(best)
+        bounds = [r.start] + sorted(cuts) + [r.end]
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if a < b)
+    return out

@@ -1,0 +1,218 @@
+"""Reader options with the semantics of Spark's Kafka source, checked before any task runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from storage.errors import InvalidConfigError
+
+EARLIEST, LATEST = -2, -1
+
+READER_OPTIONS = {
+    "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
+    "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
+    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+}
+# Spark's names, for error messages (options arrive lowercased)
+SPARK_NAMES = {n.lower(): n for n in (
+    "path", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "endingTimestamp", "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions", "includeHeaders",
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a range starts or ends: `kind` is 'offsets' (per partition, -2 earliest / -1 latest,
+    with `default` for partitions not listed), 'timestamps' (per partition) or 'timestamp' (global)."""
+
+    kind: str
+    per_partition: tuple = ()  # ((topic, partition, value), ...)
+    default: int = EARLIEST
+
+    def value_for(self, topic: str, partition: int) -> int | None:
+        for t, p, v in self.per_partition:
+            if t == topic and p == partition:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    path: str
+    subscribe: tuple[str, ...] | None
+    pattern: str | None
+    assign: tuple[tuple[str, int], ...] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    strategy: str  # startingOffsetsByTimestampStrategy: error | latest
+    fail_on_data_loss: bool
+    min_partitions: int | None
+    include_headers: bool
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+
+    @classmethod
+    def parse(cls, options: dict, *, streaming: bool) -> "SourceOptions":
+        o = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(k for k in o if k not in READER_OPTIONS and not k.startswith("kafka."))
+        if unknown:
+            raise InvalidConfigError(f"unknown option(s) for format('kafkalog') source: {', '.join(unknown)}")
+        if not o.get("path"):
+            raise InvalidConfigError("option 'path' is required: the kafkalog root directory, "
+                                     "e.g. .option('path', '/data/logs') or .load('/data/logs')")
+        chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in o]
+        if len(chosen) != 1:
+            raise InvalidConfigError("exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set"
+                                     + (f" (got {', '.join(SPARK_NAMES[k] for k in chosen)})" if chosen else ""))
+        subscribe = pattern = assign = None
+        if "subscribe" in o:
+            subscribe = tuple(t.strip() for t in o["subscribe"].split(",") if t.strip())
+            if not subscribe:
+                raise InvalidConfigError("option 'subscribe' names no topic")
+        elif "subscribepattern" in o:
+            pattern = o["subscribepattern"]
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise InvalidConfigError(f"option 'subscribePattern' is not a valid regex: {e}") from None
+        else:
+            assign = tuple(_parse_assign(o["assign"]))
+        starting = _range_limit(o, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets",
+                                LATEST if streaming else EARLIEST, ending=False, streaming=streaming)
+        if streaming:
+            for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+                if k in o:
+                    raise InvalidConfigError(f"option '{SPARK_NAMES[k]}' is for batch queries, not streaming ones")
+            ending = OffsetSpec("offsets", (), LATEST)
+        else:
+            ending = _range_limit(o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST,
+                                  ending=True, streaming=False)
+        strategy = o.get("startingoffsetsbytimestampstrategy", "error").lower()
+        if strategy not in ("error", "latest"):
+            raise InvalidConfigError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+                                     f"got {o['startingoffsetsbytimestampstrategy']!r}")
+        return cls(
+            path=o["path"], subscribe=subscribe, pattern=pattern, assign=assign, starting=starting, ending=ending,
+            strategy=strategy, fail_on_data_loss=_bool(o, "failondataloss", True),
+            min_partitions=_int(o, "minpartitions", 1), include_headers=_bool(o, "includeheaders", False),
+            max_offsets_per_trigger=_int(o, "maxoffsetspertrigger", 1),
+            min_offsets_per_trigger=_int(o, "minoffsetspertrigger", 1),
+            max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
+        )
+
+
+def _bool(o: dict, key: str, default: bool) -> bool:
+    if key not in o:
+        return default
+    v = str(o[key]).strip().lower()
+    if v not in ("true", "false"):
+        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must be true or false, got {o[key]!r}")
+    return v == "true"
+
+
+def _int(o: dict, key: str, minimum: int) -> int | None:
+    if key not in o:
+        return None
+    try:
+        v = int(str(o[key]).strip())
+    except ValueError:
+        v = minimum - 1
+    if v < minimum:
+        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must be an integer >= {minimum}, got {o[key]!r}")
+    return v
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", str(text))
+    if not m:
+        raise InvalidConfigError(f"option 'maxTriggerDelay' must be a duration such as 15m, 30s or 500ms, "
+                                 f"got {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
+
+
+def _json(o: dict, key: str):
+    try:
+        return json.loads(o[key])
+    except ValueError as e:
+        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' is not valid JSON: {e}") from None
+
+
+def _parse_assign(text: str):
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidConfigError(f"option 'assign' is not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.values()):
+        raise InvalidConfigError('option \'assign\' must look like {"topicA":[0,1],"topicB":[2,4]}, '
+                                 f"got {text!r}")
+    for topic, parts in doc.items():
+        for p in parts:
+            if not isinstance(p, int) or isinstance(p, bool) or p < 0:
+                raise InvalidConfigError(f"option 'assign': partition {p!r} of topic {topic!r} is not a "
+                                         "non-negative integer")
+            yield topic, p
+
+
+def _per_partition(o: dict, key: str) -> tuple:
+    doc = _json(o, key)
+    if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
+        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must look like "
+                                 '{"topicA":{"0":23,"1":-1}}, got ' + repr(o[key]))
+    out = []
+    for topic, parts in doc.items():
+        for p, v in parts.items():
+            try:
+                pi = int(p)
+            except ValueError:
+                pi = -1
+            if pi < 0 or not isinstance(v, int) or isinstance(v, bool):
+                raise InvalidConfigError(f"option '{SPARK_NAMES[key]}': entry {topic}/{p} = {v!r} is not "
+                                         "partition -> integer")
+            out.append((topic, pi, v))
+    return tuple(out)
+
+
+def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool,
+                 streaming: bool) -> OffsetSpec:
+    """Spark's precedence: a global timestamp, then per-partition timestamps, then offsets."""
+    name = SPARK_NAMES[offsets]
+    if global_ts in o:
+        try:
+            ts = int(str(o[global_ts]).strip())
+        except ValueError:
+            ts = -1
+        if ts < 0:
+            raise InvalidConfigError(f"option '{SPARK_NAMES[global_ts]}' must be milliseconds since the epoch, "
+                                     f"got {o[global_ts]!r}")
+        return OffsetSpec("timestamp", (), ts)
+    if by_ts in o:
+        spec = _per_partition(o, by_ts)
+        bad = [(t, p, v) for t, p, v in spec if v < 0]
+        if bad:
+            raise InvalidConfigError(f"option '{SPARK_NAMES[by_ts]}': timestamp {bad[0][2]} for "
+                                     f"{bad[0][0]}-{bad[0][1]} is negative")
+        return OffsetSpec("timestamps", spec, default)
+    if offsets not in o:
+        return OffsetSpec("offsets", (), default)
+    text = str(o[offsets]).strip()
+    if text.lower() in ("earliest", "latest"):
+        v = EARLIEST if text.lower() == "earliest" else LATEST
+        if ending and v == EARLIEST:
+            raise InvalidConfigError(f"option '{name}': 'earliest' is not allowed for the end of a range")
+        if not ending and not streaming and v == LATEST:
+            raise InvalidConfigError(f"option '{name}': 'latest' is not allowed for a batch query's start")
+        return OffsetSpec("offsets", (), v)
+    spec = _per_partition(o, offsets)
+    for t, p, v in spec:
+        if v < EARLIEST or (ending and v == EARLIEST) or (not ending and not streaming and v == LATEST):
+            raise InvalidConfigError(f"option '{name}': offset {v} for {t}-{p} is not allowed here "
+                                     f"(use an offset >= 0{', or -1 for latest' if ending else ', or -2 for earliest'})")
+    return OffsetSpec("offsets", spec, default)
