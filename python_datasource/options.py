@@ -51,7 +51,7 @@ class SinkOptions:
         topic_config = {k: v for k, v in opts.items() if k in CONFIG_KEYS_BY_NAME and k != "compression.type"}
         LogConfig.from_dict(topic_config)  # names the key and rule at fault
         unknown = sorted(k for k in opts if k not in WRITER_OPTIONS and k not in CONFIG_KEYS_BY_NAME
-                         and not k.startswith("spark."))
+                         and not k.startswith(("spark.", "kafka.")))  # kafka.* belong to a broker; none here
         if unknown:
             raise InvalidConfigError(
                 f"unknown option(s) for format('kafkalog') sink: {', '.join(unknown)}; known: "
