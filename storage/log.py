@@ -57,6 +57,8 @@ class Log:
         self.config = config
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
+        for seg in segments[:-1]:
+            seg.rolled = True
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._next_offset = next_offset
@@ -266,6 +268,7 @@ class Log:
         else:
             active.on_become_inactive()
             active.close()
+            active.rolled = True
         if self._bases and base <= self._bases[-1]:
             raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
                                     f"segment {self._bases[-1]} exists")

@@ -172,7 +172,7 @@ class LogLoader:
             seg = LogSegment(self.fs, self.dir, base, log_size=logs[base], index_size=idx or 0,
                              time_index_size=tidx or 0, **self._kwargs())
             seg.needs_rebuild = idx is None or tidx is None
-            if not seg.needs_rebuild:
+            if not seg.needs_rebuild and self.writable:  # readers fall back to a scan on a bad index instead
                 try:
                     seg.offset_index.sanity_check(logs[base])
                     seg.time_index.sanity_check()

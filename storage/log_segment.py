@@ -71,6 +71,7 @@ class LogSegment:
         self._rolling_based_timestamp: int | None = None
         self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
+        self.rolled = False  # no longer the active segment: set by the Log
 
     @classmethod
     def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> "LogSegment":
@@ -223,7 +224,15 @@ class LogSegment:
 
     @property
     def largest_timestamp(self) -> int:
-        """Largest record timestamp in the segment (-1 if empty): what retention and ListOffsets use."""
+        """Largest record timestamp in the segment (-1 if empty): what retention and ListOffsets use.
+
+        A rolled segment's .timeindex ends with it (Kafka appends it on roll, close and recovery), so
+        that is one 12-byte read, as Kafka reads it; the active segment also scans its tail."""
+        if self.rolled and self.time_index.entries:
+            try:
+                return self.time_index.last_entry.timestamp
+            except CorruptIndexError:
+                pass
         return self.max_timestamp_so_far
 
     def read_next_offset(self) -> int:
@@ -303,7 +312,7 @@ class LogSegment:
 
     def _append_final_time_entry(self) -> None:
         state = self._load_index_state()
-        if state.max_timestamp >= 0:
+        if state.max_timestamp >= 0 and state.offset_of_max_timestamp >= self.time_index.last_entry.offset:
             self.time_index.maybe_append(state.max_timestamp, state.offset_of_max_timestamp, skip_full_check=True)
             state.last_time_entry = max(state.last_time_entry, state.max_timestamp)
 
@@ -390,6 +399,8 @@ class LogSegment:
         if truncated:
             self._truncate_file(valid)
         self._index_state = state
+        # as Kafka's recovery does: a normally closed segment ends with its largest timestamp
+        self._append_final_time_entry()
         self.flush()
         return RecoveryResult(valid, truncated, error)
 
