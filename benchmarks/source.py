@@ -1,0 +1,101 @@
+"""spark.read.format("kafkalog") beside spark.read.parquet of the same records, in one run.
+
+Run:  python benchmarks/source.py [ROWS]
+The same records (16-byte key, 100-byte value, a timestamp) are written once into a kafkalog topic
+(4 partitions, 1 GiB segments, uncompressed) and once as parquet with the Kafka source's columns.
+Each read materializes every column through Spark's noop sink; best of 3 after a warm-up.
+The bytes read by one startingTimestamp lookup are measured by benchmarks/timestamp_lookup.py.
+"""
+
+import os
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from storage.log_manager import LogManager  # noqa: E402
+from storage.records.builder import build_records  # noqa: E402
+from storage.topic_partition import TopicPartition  # noqa: E402
+
+PARTITIONS = 4
+CHUNK = 250_000
+
+
+def chunk(lo: int, hi: int) -> pa.Table:
+    n = hi - lo
+    rng = np.random.default_rng(lo)
+    keys = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+    values = rng.integers(97, 123, (n, 100), dtype=np.uint8)
+    return pa.table({
+        "key": pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 16 * n + 1, 16, np.int32)),
+                                                        pa.py_buffer(keys)]),
+        "value": pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 100 * n + 1, 100, np.int32)),
+                                                          pa.py_buffer(values)]),
+        "timestamp": pa.array(1_700_000_000_000 + np.arange(lo, hi, dtype=np.int64)),
+    })
+
+
+def write_inputs(root: str, pq_dir: str, rows: int) -> None:
+    lm = LogManager(root)
+    lm.create_topic("bench", PARTITIONS)
+    per = rows // PARTITIONS
+    os.makedirs(pq_dir)
+    for p in range(PARTITIONS):
+        with lm.open_log(TopicPartition("bench", p), writable=True) as log:
+            for lo in range(0, per, CHUNK):
+                t = chunk(p * per + lo, p * per + min(per, lo + CHUNK))
+                info = log.append(build_records(t))
+                n = t.num_rows
+                pq.write_table(pa.table({
+                    "key": t["key"], "value": t["value"], "topic": pa.array(["bench"] * n),
+                    "partition": pa.array(np.full(n, p, np.int32)),
+                    "offset": pa.array(np.arange(info.first_offset, info.last_offset + 1, dtype=np.int64)),
+                    "timestamp": pa.array(t["timestamp"].to_numpy() * 1000).cast(pa.timestamp("us", tz="UTC")),
+                    "timestampType": pa.array(np.zeros(n, np.int32)),
+                }), os.path.join(pq_dir, f"part-{p}-{lo}.parquet"))
+
+
+def best_of(fn, runs=3):
+    fn()  # warm-up: JIT, Python workers, file cache
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main():
+    rows = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
+    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    with tempfile.TemporaryDirectory() as tmp:
+        root, pq_dir = os.path.join(tmp, "logs"), os.path.join(tmp, "parquet")
+        write_inputs(root, pq_dir, rows)
+        kl = lambda: spark.read.format("kafkalog").option("subscribe", "bench").load(root)  # noqa: E731
+        pqf = lambda: spark.read.parquet(pq_dir)  # noqa: E731
+        assert kl().count() == pqf().count() == rows
+        t_kl = best_of(lambda: kl().write.format("noop").mode("overwrite").save())
+        t_pq = best_of(lambda: pqf().write.format("noop").mode("overwrite").save())
+        log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
+                        if f.endswith(".log"))
+        pq_bytes = sum(os.path.getsize(os.path.join(pq_dir, f)) for f in os.listdir(pq_dir))
+    print(f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}")
+    print(f"kafkalog  {rows / t_kl:>12,.0f} rows/s  ({t_kl:.2f} s, {log_bytes / 1e6:.0f} MB of .log)")
+    print(f"parquet   {rows / t_pq:>12,.0f} rows/s  ({t_pq:.2f} s, {pq_bytes / 1e6:.0f} MB of parquet)")
+    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
