@@ -170,7 +170,8 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
     """Append every staged section, exactly once per (writer, batch, partition); then drop the files.
 
     Partitions are committed one at a time, each under its write lock; a crash between two leaves
-    some committed and the replay skips exactly those.
+    some committed and the replay skips exactly those. Every staged file's bytes are read before the
+    partition's commit begins, so losing a file fails the commit before anything is appended.
     """
     result = CommitResult()
     by_tp: dict[TopicPartition, list[tuple[str, StagedSection]]] = {}
@@ -196,7 +197,7 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
                 state.forget(writer_id)
             result.appended[tp] = (first, plog.log_end_offset - 1)
             result.records += sum(s.records for _, s in by_tp[tp])
-    cleanup_staged(lm, writer_id)
+    cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
 
 
@@ -213,8 +214,18 @@ def _read_sections(lm: LogManager, sections: list[tuple[str, StagedSection]]):
 
 
 def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = None) -> None:
-    """Delete this writer's staging files (all of them, or the named ones)."""
+    """Delete this writer's staging files: all of them, or the named ones plus any older unnamed ones
+    (attempts that failed or were killed before reporting). Newer unnamed files are left alone: a
+    restarted query may already be staging its replay while an old commit finishes."""
     prefix = f"{STAGED_PREFIX}{writer_id}-"
-    for f in lm.fs.listdir(lm.root):
-        if not f.is_dir and f.name.startswith(prefix) and (names is None or f.name in names):
-            lm.fs.delete(lm.fs.join(lm.root, f.name))
+    mine = [f.name for f in lm.fs.listdir(lm.root) if not f.is_dir and f.name.startswith(prefix)]
+    if names is None:
+        doomed = mine
+    else:
+        named = set(names) & set(mine)
+        oldest = min((lm.fs.modified_ms(lm.fs.join(lm.root, n)) for n in named), default=None)
+        doomed = list(named)
+        if oldest is not None:
+            doomed += [n for n in mine if n not in named and lm.fs.modified_ms(lm.fs.join(lm.root, n)) <= oldest]
+    for name in doomed:
+        lm.fs.delete(lm.fs.join(lm.root, name))

@@ -123,3 +123,17 @@ def test_bad_partition_column_is_named(root):
     with pytest.raises(Exception, match="row 1: partition 5 does not exist"):
         st.add(pa.table({"value": [b"a", b"b"], "partition": pa.array([0, 5], pa.int32())}))
     st.abort()
+
+
+def test_commit_removes_its_files_and_older_orphans_but_not_newer_staging(root):
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    orphan = stage(lm, 3, table(0, 5))  # a killed attempt: never reported
+    os.utime(os.path.join(root, orphan.name), (1, 1))
+    used = stage(lm, 3, table(5, 10))
+    newer = stage(lm, 3, table(10, 15))  # a restarted query staging its replay
+    os.utime(os.path.join(root, newer.name), (4e9, 4e9))
+    other = stage(lm, 4, table(0, 5))  # another writer's
+    commit_staged(lm, 3, 0, [used])
+    left = {f for f in os.listdir(root) if f.startswith(".kafkalog-staged-")}
+    assert left == {newer.name, other.name}
