@@ -113,11 +113,12 @@ class Log:
         """Append encoded batches (offsets in them are ignored): validate, assign offsets, roll, index.
 
         Batches are re-encoded only when the topic's compression.type differs from theirs, and stamped
-        with the append time when message.timestamp.type is LogAppendTime.
+        with the append time when message.timestamp.type is LogAppendTime. A bytearray is taken over
+        and patched in place (offsets are assigned in it); anything else is copied first.
         """
         self._require_writable()
         now = now_ms() if now is None else now
-        buf = bytearray(records)
+        buf = records if isinstance(records, bytearray) else bytearray(records)
         scan = self._validate_input(buf)
         if not len(scan):
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
@@ -169,8 +170,9 @@ class Log:
         from .records.decoder import decode_batches
 
         out = bytearray()
+        whole = BatchChunk(memoryview(buf), scan, 0, "append")
         for i in range(len(scan)):  # per batch: producer fields are kept batch by batch
-            one = select_batches(BatchChunk(bytes(buf), scan, 0, "append"), i, i + 1)
+            one = select_batches(whole, i, i + 1)
             h = scan.header(i)
             records = decode_batches(one.buf, scan=one.scan, max_message_bytes=self.max_batch_size,
                                      skip_control=False)
@@ -223,7 +225,7 @@ class Log:
         max_ts = scan.headers["max_timestamp"].astype(np.int64)
         bases = scan.headers["base_offset"].astype(np.int64)
         cfg = self.config
-        chunk = BatchChunk(bytes(buf), scan, 0, "append")
+        chunk = BatchChunk(memoryview(buf), scan, 0, "append")  # slices below are views, not copies
         seg = self.active_segment
         start = pending = planned = 0
         since = seg._load_index_state().bytes_since_last_entry

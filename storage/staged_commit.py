@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, KafkaStorageError
 from .log_manager import LogManager
 from .partitioner import partition_for_keys
 from .records.builder import build_records
@@ -202,15 +202,26 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
 
 
 def _read_sections(lm: LogManager, sections: list[tuple[str, StagedSection]]):
-    """Staged bytes of one partition, coalesced into chunks of up to APPEND_CHUNK_BYTES."""
-    buf = bytearray()
-    for name, s in sections:
-        buf += lm.fs.read(lm.fs.join(lm.root, name), s.start, s.end)
-        if len(buf) >= APPEND_CHUNK_BYTES:
-            yield bytes(buf)
-            buf = bytearray()
-    if buf:
-        yield bytes(buf)
+    """Staged bytes of one partition in chunks of up to APPEND_CHUNK_BYTES, each read into one
+    preallocated bytearray that Log.append then takes over (no further copies)."""
+    group: list[tuple[str, StagedSection]] = []
+    size = 0
+    for name, s in sections + [(None, None)]:
+        if name is None or (group and size + (s.end - s.start) > APPEND_CHUNK_BYTES):
+            buf, pos = bytearray(size), 0
+            for gname, g in group:
+                data = lm.fs.read(lm.fs.join(lm.root, gname), g.start, g.end)
+                if len(data) != g.end - g.start:
+                    raise KafkaStorageError(f"staging file {lm.url(lm.fs.join(lm.root, gname))} is shorter than "
+                                            f"its commit message says ({g.start}..{g.end}); nothing was appended")
+                buf[pos:pos + len(data)] = data
+                pos += len(data)
+            if group:
+                yield buf
+            group, size = [], 0
+        if name is not None:
+            group.append((name, s))
+            size += s.end - s.start
 
 
 def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = None) -> None:
