@@ -19,9 +19,9 @@ from .errors import (
 )
 from .filesystem import LogFileSystem
 from .log_config import LogConfig
-from .log_segment import BatchChunk, LogSegment, select_batches
+from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .records import record_batch as rb
-from .records.record_batch import BatchScan, CompressionType, TimestampType, scan_batches, validate_batches
+from .records.record_batch import BatchScan, CompressionType, scan_batches, validate_batches
 from .topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -93,8 +93,7 @@ class Log:
         return self._segments[i] if i >= 0 else None
 
     def segment_kwargs(self) -> dict:
-        return dict(index_interval_bytes=self.config.index_interval_bytes,
-                    max_index_size=self.config.segment_index_bytes, max_batch_size=self.max_batch_size)
+        return segment_settings(self.config)
 
     @property
     def max_batch_size(self) -> int:

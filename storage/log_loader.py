@@ -13,11 +13,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptIndexError, KafkaStorageError
+from .errors import CorruptIndexError
 from .filesystem import FileInfo, LogFileSystem
 from .log import Log
 from .log_config import LogConfig
-from .log_segment import LogSegment
+from .log_segment import LogSegment, segment_settings
 from .producer_state import ProducerStateManager
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
@@ -57,8 +57,7 @@ class LogLoader:
         self.report = LoadReport()
 
     def _kwargs(self) -> dict:
-        return dict(index_interval_bytes=self.config.index_interval_bytes,
-                    max_index_size=self.config.segment_index_bytes, max_batch_size=self.config.max_message_bytes)
+        return segment_settings(self.config)
 
     def load(self) -> Log:
         lock = None
@@ -210,10 +209,3 @@ class LogLoader:
                 cut = True  # Kafka deletes every segment after an invalid batch
             out.append(seg)
         return out
-
-
-def open_log(fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig, **kwargs) -> Log:
-    """Load a partition directory; see LogLoader for what writers and readers each do."""
-    if not fs.isdir(dir) and not kwargs.get("writable"):
-        raise KafkaStorageError(f"partition directory {fs.url(dir)} does not exist")
-    return LogLoader(fs, dir, tp, config, **kwargs).load()

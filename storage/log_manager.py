@@ -9,7 +9,6 @@ directory names and get the default config.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable
@@ -195,7 +194,3 @@ class LogManager:
                     })
             out["topics"].append(t)
         return out
-
-
-def current_time_ms() -> int:
-    return int(time.time() * 1000)

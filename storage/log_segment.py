@@ -15,7 +15,7 @@ from .filesystem import Appender, LogFileSystem
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .index_planner import IndexState, plan_index_entries
 from .records.record_batch import (
-    LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, SCAN_PARTIAL, BatchScan, RecordBatchHeader,
+    LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, BatchScan, RecordBatchHeader,
     scan_batches, validate_batches,
 )
 from .topic_partition import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, offset_to_file_prefix
@@ -25,6 +25,12 @@ log = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def segment_settings(config) -> dict:
+    """The LogSegment arguments a topic's LogConfig decides."""
+    return dict(index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
+                max_batch_size=config.max_message_bytes)
 
 
 @dataclass
