@@ -193,3 +193,13 @@ def test_bad_input_is_named_before_anything_is_written(spark_session, tmp_path, 
     with pytest.raises(Exception, match=message.replace("!", "!").replace("(", r"\(")):
         w.save(root)
     assert not os.path.exists(root) or not [f for f in os.listdir(root) if not f.startswith(".")]
+
+
+def test_register_makes_the_format_available_explicitly(spark_session, tmp_path):
+    import kafkalog_ds
+
+    kafkalog_ds.register(spark_session)  # for sessions where data source discovery is off
+    root = str(tmp_path / "logs")
+    spark_session.createDataFrame([("v",)], "value string").write.format("kafkalog").option("topic", "r") \
+        .mode("append").save(root)
+    assert log_records(root, "r")[0][0][2] == b"v"
