@@ -22,9 +22,24 @@ from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .records import record_batch as rb
 from .records.record_batch import BatchScan, CompressionType, scan_batches, validate_batches
-from .topic_partition import TopicPartition
+from .topic_partition import (
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name,
+)
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StagedSegment:
+    """A finished segment of a staging Log (see Log.adopt_segments): where it is and its batches."""
+
+    dir: str
+    base_offset: int  # offsets in the staging log start at 0
+    next_offset: int
+    size: int
+    positions: np.ndarray  # byte position of every batch
+    base_offsets: np.ndarray  # baseOffset of every batch, as staged
+    max_timestamp: int
 
 
 @dataclass
@@ -66,6 +81,7 @@ class Log:
         self._lock = lock
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
         self.producer_state = None  # a writer's ProducerStateManager, set by the loader
+        self.track_batches = False  # a staging log records batch positions for adopt_segments
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self.closed = False
@@ -274,9 +290,59 @@ class Log:
             raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
                                     f"segment {self._bases[-1]} exists")
         seg = LogSegment.create(self.fs, self.dir, base, **self.segment_kwargs())
+        if self.track_batches:
+            seg.appended = []
         self._segments.append(seg)
         self._bases.append(base)
         return seg
+
+    def adopt_segments(self, staged: list[StagedSegment]) -> LogAppendInfo:
+        """Append whole segments a staging Log wrote (offsets from 0, indexes built): roll, patch each
+        batch's baseOffset in place, rename the files in. Nothing is copied, so a big commit costs a
+        few renames; index entries are relative to the segment base, so they move unchanged.
+        The caller made the staged bytes durable; the patched headers and the directory are synced here."""
+        self._require_writable()
+        if not staged:
+            return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
+        first = self._next_offset
+        expected = 0
+        for s in staged:
+            if s.base_offset != expected or s.next_offset <= s.base_offset:
+                raise KafkaStorageError(f"staged segments in {self.fs.url(s.dir)} are not contiguous at "
+                                        f"offset {s.base_offset} (expected {expected}); nothing was appended")
+            expected = s.next_offset
+            src = self.fs.join(s.dir, segment_file_name(s.base_offset, LOG_FILE_SUFFIX))
+            if self.fs.size(src) != s.size:
+                raise KafkaStorageError(f"staged segment {self.fs.url(src)} holds {self.fs.size(src)} bytes, its "
+                                        f"commit message says {s.size}; nothing was appended")
+        active = self.active_segment
+        if active.size == 0:
+            active.delete()  # an empty active segment gives way, as in roll()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            active.on_become_inactive()
+            active.close()
+            active.rolled = True
+        for s in staged:
+            base = first + s.base_offset
+            names = [(segment_file_name(s.base_offset, sfx), segment_file_name(base, sfx))
+                     for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)]
+            src_log = self.fs.join(s.dir, names[0][0])
+            self.fs.write_at(src_log, s.positions, (s.base_offsets + first).astype(">i8").tobytes(), durable=True)
+            for src, dst in names:  # the .log first: a crash leaves at most indexes to rebuild
+                self.fs.rename(self.fs.join(s.dir, src), self.fs.join(self.dir, dst))
+            seg = LogSegment(self.fs, self.dir, base, log_size=s.size, **self.segment_kwargs())
+            if self._segments:
+                self._segments[-1].rolled = True
+            self._segments.append(seg)
+            self._bases.append(base)
+        self._next_offset = first + staged[-1].next_offset
+        self.flush()
+        max_ts = [s.max_timestamp for s in staged]
+        j = int(np.argmax(max_ts))
+        return LogAppendInfo(first, self._next_offset - 1, max_ts[j], -1, sum(len(s.positions) for s in staged),
+                             -1, sum(s.size for s in staged), -1)
 
     def _maybe_flush(self, now: int) -> None:
         """Flush every append unless the topic sets flush.messages / flush.ms (no replicas to lean on)."""
@@ -425,3 +491,30 @@ class Log:
             return False
         self.log_start_offset = new_start
         return True
+
+    # ---- retention support
+    def delete_oldest_segments(self, count: int) -> list[LogSegment]:
+        """Drop the `count` oldest segments (Kafka's deleteSegments): when that is every segment, roll first so
+        one remains; remove them from the live list, rename their files to `.deleted` (touched, so
+        file.delete.delay.ms counts from now) and advance logStartOffset to the new first segment."""
+        from .topic_partition import DELETED_FILE_SUFFIX
+
+        self._require_writable()
+        if count <= 0:
+            return []
+        if count >= len(self._segments):
+            self.roll()  # an empty active segment at the log end stays as it is (Kafka's isLastSegmentAndEmpty)
+        count = min(count, len(self._segments) - 1)
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        for seg in doomed:
+            seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            for path in seg.files():
+                if self.fs.exists(path):
+                    self.fs.touch(path)  # a rename keeps the old mtime; the delay counts from the deletion
+        if doomed and self.fs.capabilities.fsync:
+            self.fs.sync_dir(self.dir)
+        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        return doomed

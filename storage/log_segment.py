@@ -78,6 +78,7 @@ class LogSegment:
         self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
         self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
         self.rolled = False  # no longer the active segment: set by the Log
+        self.appended: list | None = None  # (positions, base offsets) of appended batches, when tracked
 
     @classmethod
     def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> "LogSegment":
@@ -307,6 +308,8 @@ class LogSegment:
         self.offset_index.append_entries(*plan.offset_entries)
         self.time_index.append_entries(*plan.time_entries)
         self._index_state = plan.state
+        if self.appended is not None:
+            self.appended.append((positions, scan.headers["base_offset"].astype(np.int64)))
         if self._rolling_based_timestamp is None and positions[0] == 0:
             self._rolling_based_timestamp = int(scan.headers["max_timestamp"][0])
 
@@ -329,11 +332,11 @@ class LogSegment:
         self.time_index.trim_to_valid_size()
         self.flush()
 
-    def close(self, *, final_time_entry: bool = False) -> None:
+    def close(self, *, final_time_entry: bool = False, fsync: bool = True) -> None:
         """Flush and release handles; Kafka also records the max timestamp on a clean close."""
         if final_time_entry and self._appender is not None:
             self._append_final_time_entry()
-        self.flush()
+        self.flush(fsync)
         for h in (self._appender, self.offset_index, self.time_index):
             if h is not None:
                 h.close()

@@ -1,10 +1,14 @@
 """Two-phase append for many parallel writers and one committer (a Spark sink's shape).
 
-Phase 1 (RecordStager, on executors): route rows to partitions, encode them into v2 batches and
-write the bytes to one staging file per task at ROOT (a file, so Kafka ignores it).
+Phase 1 (RecordStager, on executors): route rows to partitions and append them to one staging Log
+per partition in the task's staging directory under ROOT (a hidden name, so Kafka ignores it): the
+same offsets-from-0, roll and index rules as the real log, so a staging segment is a finished
+segment but for its offsets. Big ones are fsynced there, in parallel.
 Phase 2 (commit_staged, on the driver): per partition, under its write lock, skip the batch if
-this writer already committed it, else mark it pending, append the staged bytes and mark it
-committed (ProducerStateManager). A replayed batch id is skipped partition by partition.
+this writer already committed it, else mark it pending, add the staged bytes and mark it committed
+(ProducerStateManager). Big staging logs are adopted (baseOffsets patched, files renamed in: no
+copy); small ones are copied into the active segment so frequent small commits do not make tiny
+segments. A replayed batch id is skipped partition by partition.
 """
 
 from __future__ import annotations
@@ -18,40 +22,69 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import InvalidConfigError, KafkaStorageError
+from .log import Log, StagedSegment
+from .log_config import LONG_MAX, LogConfig
 from .log_manager import LogManager
+from .log_segment import LogSegment, segment_settings
 from .partitioner import partition_for_keys
 from .records.builder import build_records
-from .records.record_batch import CompressionType, scan_batches
-from .topic_partition import TopicPartition
+from .records.record_batch import CompressionType
+from .topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
 
 log = logging.getLogger(__name__)
 
 STAGED_PREFIX = ".kafkalog-staged-"
-APPEND_CHUNK_BYTES = 64 * 1024 * 1024
+APPEND_CHUNK_BYTES = 64 * 1024 * 1024  # the copy path appends at most this much at a time
+STAGED_MARKER = "task"  # in each staging directory: the task index; its mtime is the attempt's age
+ADOPT_MIN_BYTES = 16 * 1024 * 1024  # a staging log this big (or half a segment) is adopted, not copied
+_BOUND_KEYS = ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+               "message.timestamp.difference.max.ms")
 
 
 @dataclass(frozen=True)
-class StagedSection:
+class StagedPartition:
+    """One task's staging log of one partition."""
+
     topic: str
     partition: int
-    start: int  # byte range in the staging file
-    end: int
+    segments: tuple[StagedSegment, ...]
     records: int
+    adopt: bool  # big enough, and the topic allows it: rename in; else copy
+
+    @property
+    def next_offset(self) -> int:
+        return self.segments[-1].next_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
 
 
 @dataclass(frozen=True)
 class StagedFile:
-    name: str  # file name under ROOT
-    sections: tuple[StagedSection, ...]
-    order: int = 0  # the task's partition id: commit appends files in this order
+    """One task's staging directory (name under ROOT) and what it holds."""
+
+    name: str
+    partitions: tuple[StagedPartition, ...]
+    order: int = 0  # the task's partition id: commit appends tasks in this order
 
     @property
     def records(self) -> int:
-        return sum(s.records for s in self.sections)
+        return sum(p.records for p in self.partitions)
 
 
 def staged_name(writer_id: int) -> str:
     return f"{STAGED_PREFIX}{writer_id}-{uuid.uuid4().hex}"
+
+
+def staging_config(config: LogConfig) -> LogConfig:
+    """The topic's config for a staging log: no fsync per append (one at the end, if adopted), and
+    CreateTime as given when the topic stamps LogAppendTime (the commit stamps it)."""
+    overrides = {**config.overrides, "flush.messages": str(LONG_MAX)}
+    if config.message_timestamp_type == "LogAppendTime":
+        overrides = {k: v for k, v in overrides.items() if k not in _BOUND_KEYS}
+        overrides["message.timestamp.type"] = "CreateTime"
+    return LogConfig.from_dict(overrides)
 
 
 class RecordStager:
@@ -70,17 +103,18 @@ class RecordStager:
         self.task_index = task_index
         self.max_batch_bytes = max_batch_bytes
         self.name = staged_name(writer_id)
-        self.sections: list[StagedSection] = []
-        self._appender = None
-        self._size = 0
+        self.dir = lm.fs.join(lm.root, self.name)
+        self._logs: dict[TopicPartition, tuple[Log, int]] = {}  # staging log, rows staged
         self._partitions: dict[str, int] = {}
         self._max_bytes: dict[str, int] = {}
+        self._configs: dict[str, LogConfig] = {}
         self._null_keys = task_index  # spread null keys, starting at a different partition per task
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         if topic not in self._partitions:
             meta = self.lm.get_or_create_topic(topic, self.new_topic_partitions, self.new_topic_config)
             self._partitions[topic] = meta.partitions
+            self._configs[topic] = meta.config
             limit = meta.config.max_message_bytes - 61
             self._max_bytes[topic] = min(limit, self.max_batch_bytes or limit)
         return self._partitions[topic], self._max_bytes[topic]
@@ -135,27 +169,60 @@ class RecordStager:
             self._write(topic, p, data, len(rows))
 
     def _write(self, topic: str, partition: int, data: bytes, records: int) -> None:
-        if self._appender is None:
-            self.lm.fs.mkdirs(self.lm.root)
-            self._appender = self.lm.fs.open_appender(self.lm.fs.join(self.lm.root, self.name))
-        self._appender.write(data)
-        self.sections.append(StagedSection(topic, partition, self._size, self._size + len(data), records))
-        self._size += len(data)
+        tp = TopicPartition(topic, partition)
+        if tp not in self._logs:
+            fs = self.lm.fs
+            if not self._logs:  # its mtime dates the attempt (cleanup_staged); directories' mtimes move
+                fs.mkdirs(self.dir)
+                fs.write_atomic(fs.join(self.dir, STAGED_MARKER), b"%d\n" % self.task_index, durable=False)
+            config = staging_config(self._configs[topic])
+            d = fs.join(self.dir, partition_dir_name(tp))
+            fs.mkdirs(d)
+            seg = LogSegment.create(fs, d, 0, **segment_settings(config))
+            seg.appended = []
+            staging = Log(fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0,
+                          writable=True)
+            staging.track_batches = True
+            self._logs[tp] = (staging, 0)
+        staging, rows = self._logs[tp]
+        staging.append(data)
+        self._logs[tp] = (staging, rows + records)
+
+    def _adoptable(self, staging: Log) -> bool:
+        config = self._configs[staging.tp.topic]
+        threshold = min(ADOPT_MIN_BYTES, max(1, config.segment_bytes // 2))
+        return (staging.size >= threshold and config.message_timestamp_type == "CreateTime"
+                and self.lm.fs.capabilities.atomic_rename)
 
     def finish(self) -> StagedFile | None:
-        """Close the staging file; None when the task had no rows."""
-        if self._appender is None:
+        """Close the staging logs (fsync the ones the commit will adopt); None when the task had no rows."""
+        if not self._logs:
             return None
-        self._appender.flush(fsync=False)  # a crash before commit re-runs the task anyway
-        self._appender.close()
-        self._appender = None
-        return StagedFile(self.name, tuple(self.sections), self.task_index)
+        parts = []
+        for tp in sorted(self._logs):
+            staging, rows = self._logs[tp]
+            adopt = self._adoptable(staging)
+            segments = []
+            for i, seg in enumerate(staging.segments):
+                if seg.size == 0:
+                    continue
+                nxt = staging.segments[i + 1].base_offset if i + 1 < len(staging.segments) else staging.log_end_offset
+                positions = np.concatenate([p for p, _ in seg.appended]) if seg.appended else np.zeros(0, np.int64)
+                bases = np.concatenate([b for _, b in seg.appended]) if seg.appended else np.zeros(0, np.int64)
+                segments.append(StagedSegment(staging.dir, seg.base_offset, nxt, seg.size, positions, bases,
+                                              seg.max_timestamp_so_far))
+                seg.close(fsync=adopt)  # rolled ones were fsynced on roll; no final time entry here
+            staging.closed = True
+            parts.append(StagedPartition(tp.topic, tp.partition, tuple(segments), rows, adopt))
+        self._logs.clear()
+        return StagedFile(self.name, tuple(parts), self.task_index)
 
     def abort(self) -> None:
-        if self._appender is not None:
-            self._appender.close()
-            self._appender = None
-        self.lm.fs.delete(self.lm.fs.join(self.lm.root, self.name))
+        for staging, _ in self._logs.values():
+            for seg in staging.segments:
+                seg.close(fsync=False)
+        self._logs.clear()
+        self.lm.fs.delete_dir(self.dir)
 
 
 @dataclass
@@ -167,17 +234,18 @@ class CommitResult:
 
 def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[StagedFile], *,
                   ephemeral: bool = False, lock_timeout: float | None = 600.0) -> CommitResult:
-    """Append every staged section, exactly once per (writer, batch, partition); then drop the files.
+    """Append every staged partition log, exactly once per (writer, batch, partition); then drop the files.
 
     Partitions are committed one at a time, each under its write lock; a crash between two leaves
-    some committed and the replay skips exactly those. Every staged file's bytes are read before the
-    partition's commit begins, so losing a file fails the commit before anything is appended.
+    some committed and the replay skips exactly those. Every staged file is checked (present, of the
+    size its message says) before a partition's commit begins, so a lost file fails the commit
+    before anything is appended.
     """
     result = CommitResult()
-    by_tp: dict[TopicPartition, list[tuple[str, StagedSection]]] = {}
+    by_tp: dict[TopicPartition, list[StagedPartition]] = {}
     for f in sorted(staged, key=lambda f: (f.order, f.name)):
-        for s in f.sections:
-            by_tp.setdefault(TopicPartition(s.topic, s.partition), []).append((f.name, s))
+        for p in f.partitions:
+            by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
     for tp in sorted(by_tp):
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
@@ -185,58 +253,78 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
                 result.skipped.append(tp)
                 log.info("%s: batch %d of writer %d is already in the log; skipped", tp, batch_id, writer_id)
                 continue
-            chunks = list(_read_sections(lm, by_tp[tp]))
-            offsets = sum(int((scan_batches(data).headers["last_offset_delta"].astype(np.int64) + 1).sum())
-                          for data in chunks)
+            pieces = by_tp[tp]
+            for piece in pieces:
+                _check_staged(lm, piece)
             first = plog.log_end_offset
-            state.begin(writer_id, batch_id, first, first + offsets)
-            for data in chunks:
-                plog.append(data)
+            state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces))
+            for piece in pieces:
+                if piece.adopt:
+                    plog.adopt_segments(list(piece.segments))
+                else:
+                    for data in read_staged(lm, piece):
+                        plog.append(data)
             state.complete(writer_id)
             if ephemeral:
                 state.forget(writer_id)
             result.appended[tp] = (first, plog.log_end_offset - 1)
-            result.records += sum(s.records for _, s in by_tp[tp])
+            result.records += sum(p.records for p in pieces)
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
 
 
-def _read_sections(lm: LogManager, sections: list[tuple[str, StagedSection]]):
-    """Staged bytes of one partition in chunks of up to APPEND_CHUNK_BYTES, each read into one
-    preallocated bytearray that Log.append then takes over (no further copies)."""
-    group: list[tuple[str, StagedSection]] = []
-    size = 0
-    for name, s in sections + [(None, None)]:
-        if name is None or (group and size + (s.end - s.start) > APPEND_CHUNK_BYTES):
-            buf, pos = bytearray(size), 0
-            for gname, g in group:
-                data = lm.fs.read(lm.fs.join(lm.root, gname), g.start, g.end)
-                if len(data) != g.end - g.start:
-                    raise KafkaStorageError(f"staging file {lm.url(lm.fs.join(lm.root, gname))} is shorter than "
-                                            f"its commit message says ({g.start}..{g.end}); nothing was appended")
-                buf[pos:pos + len(data)] = data
-                pos += len(data)
-            if group:
-                yield buf
-            group, size = [], 0
-        if name is not None:
-            group.append((name, s))
-            size += s.end - s.start
+def _check_staged(lm: LogManager, piece: StagedPartition) -> None:
+    for seg in piece.segments:
+        path = lm.fs.join(seg.dir, segment_file_name(seg.base_offset, LOG_FILE_SUFFIX))
+        size = lm.fs.size(path) if lm.fs.exists(path) else None
+        if size != seg.size:
+            raise KafkaStorageError(f"staged segment {lm.url(path)} holds {size} bytes, its commit message says "
+                                    f"{seg.size}; nothing was appended")
+
+
+def read_staged(lm: LogManager, piece: StagedPartition):
+    """A staging log's batches in whole-batch chunks of up to APPEND_CHUNK_BYTES (the copy path), each
+    a bytearray Log.append takes over."""
+    for seg in piece.segments:
+        path = lm.fs.join(seg.dir, segment_file_name(seg.base_offset, LOG_FILE_SUFFIX))
+        ends = np.append(seg.positions[1:], seg.size) if len(seg.positions) else np.zeros(0, np.int64)
+        start = 0
+        while start < seg.size:
+            # the last batch end within the chunk budget (at least one batch)
+            k = max(int(np.searchsorted(ends, start + APPEND_CHUNK_BYTES, side="right")),
+                    int(np.searchsorted(ends, start, side="right")) + 1)
+            end = int(ends[k - 1])
+            data = lm.fs.read(path, start, end)
+            if len(data) != end - start:
+                raise KafkaStorageError(f"staged segment {lm.url(path)} is shorter than its commit message says "
+                                        f"({start}..{end})")
+            yield bytearray(data)
+            start = end
 
 
 def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = None) -> None:
-    """Delete this writer's staging files: all of them, or the named ones plus any older unnamed ones
-    (attempts that failed or were killed before reporting). Newer unnamed files are left alone: a
+    """Delete this writer's staging directories: all of them, or the named ones plus any older unnamed
+    ones (attempts that failed or were killed before reporting). Newer unnamed ones are left alone: a
     restarted query may already be staging its replay while an old commit finishes."""
     prefix = f"{STAGED_PREFIX}{writer_id}-"
-    mine = [f.name for f in lm.fs.listdir(lm.root) if not f.is_dir and f.name.startswith(prefix)]
+    mine = {f.name: f.is_dir for f in lm.fs.listdir(lm.root) if f.name.startswith(prefix)}
+
+    def age(name: str) -> int:
+        path = lm.fs.join(lm.root, name)
+        marker = lm.fs.join(path, STAGED_MARKER)
+        return lm.fs.modified_ms(marker if mine[name] and lm.fs.exists(marker) else path)
+
     if names is None:
-        doomed = mine
+        doomed = list(mine)
     else:
         named = set(names) & set(mine)
-        oldest = min((lm.fs.modified_ms(lm.fs.join(lm.root, n)) for n in named), default=None)
+        oldest = min((age(n) for n in named), default=None)
         doomed = list(named)
         if oldest is not None:
-            doomed += [n for n in mine if n not in named and lm.fs.modified_ms(lm.fs.join(lm.root, n)) <= oldest]
+            doomed += [n for n in mine if n not in named and age(n) <= oldest]
     for name in doomed:
-        lm.fs.delete(lm.fs.join(lm.root, name))
+        path = lm.fs.join(lm.root, name)
+        if mine[name]:
+            lm.fs.delete_dir(path)
+        else:
+            lm.fs.delete(path)

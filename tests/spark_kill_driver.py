@@ -58,7 +58,10 @@ def main(argv: list[str]) -> int:
     stream = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).parquet(input_dir)
               .selectExpr("CASE WHEN id % 5 = 0 THEN NULL ELSE CAST(id % 11 AS STRING) END AS key",
                           "CAST(id AS STRING) AS value"))
+    # segment.bytes this small makes most tasks' staging logs big enough to be adopted (renamed in)
+    # and the rest copied, so kills land in both commit paths
     q = (stream.writeStream.format("kafkalog").option("topic", TOPIC).option("partitions", str(PARTITIONS))
+         .option("segment.bytes", "300")
          .option("checkpointLocation", ckpt).trigger(processingTime=TRIGGER).start(root))
     print(f"driver: query started after {time.monotonic() - t0:.1f}s", flush=True)
     q.processAllAvailable()

@@ -10,7 +10,7 @@ from kafka_reference import kp_parse
 from storage.log_manager import LogManager
 from storage.producer_state import ProducerStateManager
 from storage.records.record_batch import CompressionType
-from storage.staged_commit import RecordStager, commit_staged
+from storage.staged_commit import STAGED_MARKER, RecordStager, commit_staged, read_staged
 from storage.topic_partition import TopicPartition
 
 
@@ -57,7 +57,7 @@ def test_crash_after_some_bytes_rolls_back_and_replay_appends_once(root):
     f = stage(lm, 7, table(10, 400), max_batch_bytes=500)
     tp = TopicPartition("t", 0)
     with lm.open_log(tp, writable=True) as log:
-        data = lm.fs.read(lm.fs.join(lm.root, f.name), f.sections[0].start, f.sections[0].end)
+        data = b"".join(read_staged(lm, f.partitions[0]))
         log.producer_state.begin(7, 1, log.log_end_offset, log.log_end_offset + 390)
         half = len(kp_parse(data)) // 2
         cut = sum(b["size"] for b in kp_parse(data)[:half])
@@ -75,7 +75,7 @@ def test_crash_after_all_bytes_before_marking_counts_as_committed(root):
     f = stage(lm, 9, table(0, 30))
     tp = TopicPartition("t", 0)
     with lm.open_log(tp, writable=True) as log:
-        data = lm.fs.read(lm.fs.join(lm.root, f.name), f.sections[0].start, f.sections[0].end)
+        data = b"".join(read_staged(lm, f.partitions[0]))
         log.producer_state.begin(9, 0, 0, 30)
         log.append(data)  # dies before complete()
     r = commit_staged(lm, 9, 0, [stage(lm, 9, table(0, 30))])
@@ -129,10 +129,10 @@ def test_commit_removes_its_files_and_older_orphans_but_not_newer_staging(root):
     lm = LogManager(root)
     lm.create_topic("t", 1)
     orphan = stage(lm, 3, table(0, 5))  # a killed attempt: never reported
-    os.utime(os.path.join(root, orphan.name), (1, 1))
+    os.utime(os.path.join(root, orphan.name, STAGED_MARKER), (1, 1))
     used = stage(lm, 3, table(5, 10))
     newer = stage(lm, 3, table(10, 15))  # a restarted query staging its replay
-    os.utime(os.path.join(root, newer.name), (4e9, 4e9))
+    os.utime(os.path.join(root, newer.name, STAGED_MARKER), (4e9, 4e9))
     other = stage(lm, 4, table(0, 5))  # another writer's
     commit_staged(lm, 3, 0, [used])
     left = {f for f in os.listdir(root) if f.startswith(".kafkalog-staged-")}
