@@ -1,9 +1,12 @@
 """spark.read.format("kafkalog") beside spark.read.parquet of the same records, in one run.
 
-Run:  python benchmarks/source.py [ROWS]
+Run:  python benchmarks/source.py [ROWS [ROUNDS]]
 The same records (16-byte key, 100-byte value, a timestamp) are written once into a kafkalog topic
 (4 partitions, 1 GiB segments, uncompressed) and once as parquet with the Kafka source's columns.
-Each read materializes every column through Spark's noop sink; best of 3 after a warm-up.
+Each read materializes every column through Spark's noop sink. After a warm-up, R rounds run both
+reads in turn (so a burst of load elsewhere hits both); a figure is the best of its R runs. "cpu s"
+is the CPU time of Spark's JVM and Python workers during the best run, steadier than wall time on a
+shared machine; "others" is the CPU every other process took meanwhile (rerun when it is not ~0).
 The bytes read by one startingTimestamp lookup are measured by benchmarks/timestamp_lookup.py.
 """
 
@@ -21,6 +24,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sink import machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.builder import build_records  # noqa: E402
 from storage.topic_partition import TopicPartition  # noqa: E402
@@ -63,18 +67,19 @@ def write_inputs(root: str, pq_dir: str, rows: int) -> None:
                 }), os.path.join(pq_dir, f"part-{p}-{lo}.parquet"))
 
 
-def best_of(fn, runs=3):
-    fn()  # warm-up: JIT, Python workers, file cache
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+def timed(fn, jvm_pid: int) -> tuple[float, float, float]:
+    """(wall s, Spark's cpu s, other processes' cpu s) of one call."""
+    cpu0, busy0 = tree_cpu_seconds(jvm_pid), machine_busy_seconds()
+    t = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - t
+    cpu = tree_cpu_seconds(jvm_pid) - cpu0
+    return wall, cpu, max(0.0, machine_busy_seconds() - busy0 - cpu)
 
 
 def main():
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
+    runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())
@@ -85,15 +90,24 @@ def main():
         kl = lambda: spark.read.format("kafkalog").option("subscribe", "bench").load(root)  # noqa: E731
         pqf = lambda: spark.read.parquet(pq_dir)  # noqa: E731
         assert kl().count() == pqf().count() == rows
-        t_kl = best_of(lambda: kl().write.format("noop").mode("overwrite").save())
-        t_pq = best_of(lambda: pqf().write.format("noop").mode("overwrite").save())
+        reads = {"kafkalog": kl, "parquet": pqf}
+        jvm = spark.sparkContext._gateway.proc.pid
+        best: dict = {}
+        for rnd in range(runs + 1):  # round 0 warms up: JIT, Python workers, file cache
+            for name, df in reads.items():
+                run = timed(lambda: df().write.format("noop").mode("overwrite").save(), jvm)
+                if rnd and (name not in best or run[0] < best[name][0]):
+                    best[name] = run
+        (t_kl, cpu_kl, oth_kl), (t_pq, cpu_pq, oth_pq) = best["kafkalog"], best["parquet"]
         log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
                         if f.endswith(".log"))
         pq_bytes = sum(os.path.getsize(os.path.join(pq_dir, f)) for f in os.listdir(pq_dir))
     print(f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}")
-    print(f"kafkalog  {rows / t_kl:>12,.0f} rows/s  ({t_kl:.2f} s, {log_bytes / 1e6:.0f} MB of .log)")
-    print(f"parquet   {rows / t_pq:>12,.0f} rows/s  ({t_pq:.2f} s, {pq_bytes / 1e6:.0f} MB of parquet)")
-    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x")
+    print(f"kafkalog  {rows / t_kl:>12,.0f} rows/s  ({t_kl:.2f} s, cpu {cpu_kl:.2f} s, others {oth_kl:.2f} s, "
+          f"{log_bytes / 1e6:.0f} MB of .log)")
+    print(f"parquet   {rows / t_pq:>12,.0f} rows/s  ({t_pq:.2f} s, cpu {cpu_pq:.2f} s, others {oth_pq:.2f} s, "
+          f"{pq_bytes / 1e6:.0f} MB of parquet)")
+    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x rows/s, {cpu_pq / cpu_kl:.2f}x rows per cpu second")
     spark.stop()
 
 
