@@ -63,6 +63,24 @@ class Appender(abc.ABC):
         ...
 
 
+class FileReader:
+    """Reads of one file. The default reads by path; local disk holds the file open, so a reader keeps
+    the bytes it started with when a cleaner swap or retention renames the name away (as Kafka's
+    open FileChannels do)."""
+
+    def __init__(self, fs: "LogFileSystem", path: str):
+        self.fs, self.path = fs, path
+
+    def size(self) -> int:
+        return self.fs.size(self.path)
+
+    def read(self, start: int, end: int) -> bytes:
+        return self.fs.read(self.path, start, end)
+
+    def close(self) -> None:
+        pass
+
+
 class LogFileSystem(abc.ABC):
     """What the log engine needs from storage. Subclasses map it to a concrete store."""
 
@@ -122,6 +140,12 @@ class LogFileSystem(abc.ABC):
     @abc.abstractmethod
     def touch(self, path: str) -> None: ...
 
+    def open_reader(self, path: str) -> FileReader:
+        """A reader of the file now at path (FileNotFoundError if there is none)."""
+        if not self.exists(path):
+            raise FileNotFoundError(path)
+        return FileReader(self, path)
+
     def write_at(self, path: str, positions, data: bytes, *, durable: bool = True) -> None:
         """Overwrite len(data) // len(positions) bytes at each position of an existing file, in place
         (the sink patches baseOffset fields of staged segments). Stores without in-place writes refuse."""
@@ -133,6 +157,31 @@ class LogFileSystem(abc.ABC):
 
 
 # ---------------------------------------------------------------- local disk
+
+
+class _LocalReader(FileReader):
+    def __init__(self, fs, path: str):
+        super().__init__(fs, path)
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def read(self, start: int, end: int) -> bytes:
+        if self._fd < 0:
+            raise ValueError(f"reader of {self.path} is closed")
+        data = os.pread(self._fd, max(0, end - start), start)
+        while len(data) < end - start:  # short reads are legal; stop at the end of the file
+            more = os.pread(self._fd, end - start - len(data), start + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class _LocalAppender(Appender):
@@ -209,6 +258,9 @@ class LocalFileSystem(LogFileSystem):
 
     def modified_ms(self, path):
         return int(os.stat(path).st_mtime * 1000)
+
+    def open_reader(self, path):
+        return _LocalReader(self, path)
 
     def touch(self, path):
         os.utime(path)
@@ -455,10 +507,11 @@ def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogF
     protocol, rest = url.split("://", 1)
     if protocol == "file":
         return LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
-    if protocol == "memory":
+    if protocol == "memory":  # stays a full filesystem (append, rename, locks) for fast tests
         return MemoryFileSystem(), "/" + rest.lstrip("/")
-    raise KafkaStorageError(
-        f"log dir {url!r}: filesystem {protocol!r} is not supported yet (local paths and memory:// are)")
+    from .object_store import open_object_store  # s3://, gs://, abfs://, ...: immutable objects
+
+    return open_object_store(url, storage_options)
 
 
 def iter_files(fs: LogFileSystem, path: str) -> Iterator[FileInfo]:

@@ -15,6 +15,7 @@ import numpy as np
 from .errors import CorruptIndexError
 from .filesystem import Appender, LogFileSystem
 from .records.record_batch import NO_TIMESTAMP
+from .topic_partition import DELETED_FILE_SUFFIX
 
 WARM_SECTION_BYTES = 8192
 
@@ -51,6 +52,7 @@ class AbstractIndex:
         self._cache = np.empty(0, self.entry_dtype)
         self._pending = bytearray()
         self._appender: Appender | None = None
+        self._reader = None  # FileReader, opened by the segment with its log (or on first load)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -65,7 +67,9 @@ class AbstractIndex:
         """Make entries [start_slot, entries) available in memory with one range read."""
         if start_slot >= self._loaded_from:
             return
-        raw = self.fs.read(self.path, start_slot * self.entry_size, self._loaded_from * self.entry_size)
+        if self._reader is None:
+            self._reader = self.fs.open_reader(self.path)
+        raw = self._reader.read(start_slot * self.entry_size, self._loaded_from * self.entry_size)
         if len(raw) != (self._loaded_from - start_slot) * self.entry_size:
             raise CorruptIndexError(f"index file {self.fs.url(self.path)} shrank while being read")
         head = np.frombuffer(raw, self.entry_dtype)
@@ -129,7 +133,33 @@ class AbstractIndex:
         if self._appender is not None:
             self._appender.flush(fsync)
 
+    def open_reader(self, suffix: str = "") -> None:
+        """Hold the index file the segment's log reader belongs with: the one at path + suffix, or its
+        .deleted twin when a cleaner swap replaced the name with a file of another size."""
+        self.release_reader()
+        try:
+            reader = self.fs.open_reader(self.path + suffix)
+        except FileNotFoundError:
+            return  # a missing index fails on first use, as before
+        if not suffix and reader.size() != self.file_size and self._appender is None:
+            try:
+                old = self.fs.open_reader(self.path + DELETED_FILE_SUFFIX)
+            except FileNotFoundError:
+                old = None
+            if old is not None and old.size() == self.file_size:
+                reader.close()
+                reader = old
+            elif old is not None:
+                old.close()
+        self._reader = reader
+
+    def release_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
     def close(self) -> None:
+        self.release_reader()
         if self._appender is not None:
             self._appender.close()
             self._appender = None

@@ -410,8 +410,12 @@ class Log:
         for seg in self._segments[i:]:
             if seg.base_offset >= end:
                 break
-            for chunk in seg.read_batches(max(offset, seg.base_offset), end):
-                yield chunk
+            try:
+                for chunk in seg.read_batches(max(offset, seg.base_offset), end):
+                    yield chunk
+            finally:
+                if seg is not self._segments[-1]:
+                    seg.release_readers()  # one segment's files open at a time
 
     def read_records(self, start_offset: int, max_offset: int | None = None, *,
                      skip_control: bool = True) -> Iterator[pa.RecordBatch]:
@@ -436,9 +440,13 @@ class Log:
         for seg in self._segments:
             if seg.base_offset < start and seg is not self.segment_for(start):
                 continue
-            if seg.largest_timestamp < timestamp:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp, max(start, seg.base_offset), decode)
+            try:
+                if seg.largest_timestamp < timestamp:
+                    continue
+                found = seg.find_offset_by_timestamp(timestamp, max(start, seg.base_offset), decode)
+            finally:
+                if seg is not self._segments[-1]:
+                    seg.release_readers()
             if found is not None:
                 return found
         return None
@@ -458,6 +466,9 @@ class Log:
                 entries = seg.offset_index.entry_array(0)
             except CorruptIndexError:  # an unreadable index only costs split points
                 continue
+            finally:
+                if seg is not self._segments[-1]:
+                    seg.release_readers()
             offs = seg.base_offset + entries["relative_offset"].astype(np.int64) + 1
             points.extend(offs[(offs > start) & (offs < end)].tolist())
         return sorted(set(points))
@@ -518,3 +529,51 @@ class Log:
         self.log_start_offset = max(self.log_start_offset, self._bases[0])
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         return doomed
+
+    # ---- compaction support
+    def segments_in_range(self, start: int, end: int) -> list[LogSegment]:
+        """Segments that may hold offsets in [start, end) (Kafka's logSegments(from, to)): the one
+        holding `start` (its floor) and every later one whose base offset is below `end`."""
+        if end <= start:
+            return []
+        lo = max(0, bisect.bisect_right(self._bases, start) - 1)
+        hi = bisect.bisect_left(self._bases, end)
+        return self._segments[lo:hi]
+
+    def non_active_segments_from(self, offset: int) -> list[LogSegment]:
+        """Kafka's nonActiveLogSegmentsFrom: segments from the one holding `offset` up to the active one."""
+        return self.segments_in_range(offset, self.active_segment.base_offset)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swap compaction output (segments whose files end in `.cleaned`) in for the segments it
+        replaces, as Kafka's replaceSegments does: `.cleaned` -> `.swap`, old files -> `.deleted`
+        (touched: file.delete.delay.ms counts from now), `.swap` -> live names, then the in-memory list.
+        The caller holds the partition lock. A crash between steps leaves `.swap` files, which the
+        loader completes (it removes the live segments the swap covers), or only `.cleaned` files,
+        which it removes. The active segment is never replaced."""
+        from .topic_partition import CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+
+        old_ids = {id(s) for s in old_segments}
+        if id(self.active_segment) in old_ids:
+            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: the active segment cannot be replaced")
+        if any(not any(s is live for live in self._segments) for s in old_segments):
+            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: a replaced segment is not in the log")
+        fresh = sorted(new_segments, key=lambda s: s.base_offset)
+        for seg in fresh:
+            seg.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+        if self.fs.capabilities.fsync:
+            self.fs.sync_dir(self.dir)
+        for seg in old_segments:
+            seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            for path in seg.files():
+                if self.fs.exists(path):
+                    self.fs.touch(path)
+        for seg in fresh:
+            seg.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+        if self.fs.capabilities.fsync:
+            self.fs.sync_dir(self.dir)
+        kept = [s for s in self._segments if id(s) not in old_ids]
+        for seg in fresh:
+            seg.rolled = True
+        self._segments = sorted(kept + fresh, key=lambda s: s.base_offset)
+        self._bases = [s.base_offset for s in self._segments]

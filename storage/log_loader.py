@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptIndexError
+from .errors import CorruptIndexError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
 from .log import Log
 from .log_config import LogConfig
@@ -44,8 +44,9 @@ class LoadReport:
 class LogLoader:
     def __init__(self, fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig, *,
                  recovery_point: int = 0, log_start_offset: int = 0, writable: bool = False,
-                 lock_timeout: float | None = 30.0, now_ms: int | None = None):
+                 lock_timeout: float | None = 30.0, now_ms: int | None = None, create_dir: bool = True):
         self.fs = fs
+        self.create_dir = create_dir  # False: the caller made sure the directory exists (LogManager)
         self.dir = dir
         self.tp = tp
         self.config = config
@@ -62,10 +63,17 @@ class LogLoader:
     def load(self) -> Log:
         lock = None
         if self.writable:
-            self.fs.mkdirs(self.dir)
+            if self.create_dir:
+                self.fs.mkdirs(self.dir)
             lock = contextlib.ExitStack()
-            lock.enter_context(self.fs.lock(self.fs.join(self.dir, LOCK_FILE), timeout=self.lock_timeout))
+            try:
+                lock.enter_context(self.fs.lock(self.fs.join(self.dir, LOCK_FILE), timeout=self.lock_timeout))
+            except FileNotFoundError:
+                raise self._gone() from None
         try:
+            if self.writable and not self.fs.isdir(self.dir):
+                # renamed away (topic deletion) while we waited for its lock: the lock we hold is not this dir's
+                raise self._gone()
             files = self.fs.listdir(self.dir)
             if self.writable:
                 files = self._clean_leftovers(files)
@@ -97,6 +105,11 @@ class LogLoader:
             if lock is not None:
                 lock.close()
             raise
+
+    def _gone(self) -> UnknownTopicOrPartitionError:
+        return UnknownTopicOrPartitionError(
+            f"partition {self.tp.topic}-{self.tp.partition}: directory {self.fs.url(self.dir)} no longer exists "
+            f"(the topic was deleted)")
 
     # ------------------------------------------------------------------ leftovers
     def _clean_leftovers(self, files: list[FileInfo]) -> list[FileInfo]:

@@ -18,7 +18,9 @@ from .records.record_batch import (
     LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, BatchScan, RecordBatchHeader,
     scan_batches, validate_batches,
 )
-from .topic_partition import INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, offset_to_file_prefix
+from .topic_partition import (
+    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, offset_to_file_prefix,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,7 @@ class LogSegment:
         self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
         self.rolled = False  # no longer the active segment: set by the Log
         self.appended: list | None = None  # (positions, base offsets) of appended batches, when tracked
+        self._reader = None  # FileReader of the .log, opened with the indexes' on first read
 
     @classmethod
     def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> "LogSegment":
@@ -100,6 +103,42 @@ class LogSegment:
         return self.fs.url(self.log_path)
 
     # ------------------------------------------------------------------ reading
+    def _read(self, start: int, end: int) -> bytes:
+        if self._reader is None:
+            self.open_readers()
+        return self._reader.read(start, end)
+
+    def open_readers(self) -> None:
+        """Open the .log and both indexes together and keep them until release_readers(): a reader goes
+        on with the segment it listed when retention renames it to .deleted or a cleaner swap puts
+        a new file under its name (a rolled segment whose size changed is looked for as .deleted)."""
+        self.release_readers()
+        suffix = ""
+        try:
+            reader = self.fs.open_reader(self.log_path)
+            if self.rolled and not self.file_suffix and reader.size() != self._size:
+                reader.close()
+                raise FileNotFoundError(self.log_path)
+        except FileNotFoundError:
+            if self.file_suffix:
+                raise
+            try:
+                reader = self.fs.open_reader(self.log_path + DELETED_FILE_SUFFIX)
+            except FileNotFoundError:
+                raise CorruptRecordError("segment was removed while being read (retention or compaction); "
+                                         "read again from a fresh listing", source=self.source) from None
+            suffix = DELETED_FILE_SUFFIX
+        self._reader = reader
+        self.offset_index.open_reader(suffix)
+        self.time_index.open_reader(suffix)
+
+    def release_readers(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self.offset_index.release_reader()
+        self.time_index.release_reader()
+
     def iter_chunks(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchChunk]:
         """Complete batches from start_position, read in growing chunks. Stops quietly at a partial
         tail (a writer may be appending); raises CorruptRecordError on an impossible batch length."""
@@ -107,7 +146,7 @@ class LogSegment:
         pos = start_position
         chunk = FIRST_CHUNK_BYTES
         while pos < end:
-            buf = self.fs.read(self.log_path, pos, min(end, pos + chunk))
+            buf = self._read(pos, min(end, pos + chunk))
             scan = scan_batches(buf, max_batch_size=self.max_batch_size)
             if not len(scan):
                 if scan.reason == SCAN_BAD_LENGTH:
@@ -117,7 +156,7 @@ class LogSegment:
                 (length,) = struct.unpack_from(">i", buf, 8)
                 if pos + LOG_OVERHEAD + length > end:
                     return  # partial tail
-                buf = self.fs.read(self.log_path, pos, pos + LOG_OVERHEAD + length)
+                buf = self._read(pos, pos + LOG_OVERHEAD + length)
                 scan = scan_batches(buf, max_batch_size=self.max_batch_size)
                 if not len(scan):
                     return
@@ -268,7 +307,7 @@ class LogSegment:
     def rolling_based_timestamp(self) -> int | None:
         """maxTimestamp of the first batch: segment.ms counts from it."""
         if self._rolling_based_timestamp is None and self._size >= RECORD_BATCH_OVERHEAD:
-            head = self.fs.read(self.log_path, 0, RECORD_BATCH_OVERHEAD)
+            head = self._read(0, RECORD_BATCH_OVERHEAD)
             if len(head) == RECORD_BATCH_OVERHEAD:
                 self._rolling_based_timestamp = RecordBatchHeader.read(head).max_timestamp
         return self._rolling_based_timestamp
@@ -337,6 +376,7 @@ class LogSegment:
         if final_time_entry and self._appender is not None:
             self._append_final_time_entry()
         self.flush(fsync)
+        self.release_readers()
         for h in (self._appender, self.offset_index, self.time_index):
             if h is not None:
                 h.close()
