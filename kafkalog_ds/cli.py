@@ -5,6 +5,7 @@
     kafkalog consume ROOT ...    kafka-console-consumer.sh, JSON lines on stdout
     kafkalog dump-log FILE...    kafka-dump-log.sh (DumpLogSegments)
     kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
+    kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
 
 Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2.
 """
@@ -21,6 +22,7 @@ from typing import BinaryIO
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
 from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
 
 from .consume import consume
 from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions
@@ -67,19 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Kafka's tools for a Kafka-format log dir, no broker.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("topics", help="create, list, describe or alter topics (kafka-topics.sh, kafka-configs.sh)",
-                       description="Create, list, describe or alter topics, as kafka-topics.sh does.")
+    t = sub.add_parser("topics", help="create, list, describe, alter or delete topics (kafka-topics.sh, kafka-configs.sh)",
+                       description="Create, list, describe, alter or delete topics, as kafka-topics.sh does.")
     t.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     action = t.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create a topic")
     action.add_argument("--list", action="store_true", help="list topic names, one per line")
     action.add_argument("--describe", action="store_true", help="describe every topic, or --topic")
     action.add_argument("--alter", action="store_true", help="change topic configs (--add-config, --delete-config)")
+    action.add_argument("--delete", action="store_true",
+                        help="delete a topic: its partition directories become -delete dirs, removed after "
+                             "file.delete.delay.ms by the maintenance job")
     t.add_argument("--topic", help="the topic")
     t.add_argument("--partitions", type=_positive_int, help="partition count for --create (default 1)")
     t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config override for --create (repeatable), Kafka's key names")
     t.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
+    t.add_argument("--if-exists", action="store_true", help="with --delete: do nothing if the topic does not exist")
     t.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
                    help="with --alter: configs to set; list values in brackets: cleanup.policy=[compact,delete]")
     t.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
@@ -136,6 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
     s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
     s.set_defaults(func=cmd_describe, parser=s)
+
+    r = sub.add_parser("delete-records", help="move a partition's log start offset up (kafka-delete-records.sh)",
+                       description="Delete the records of a partition before an offset, as kafka-delete-records.sh "
+                                   "does: the log start offset moves up; whole segments below it are removed by "
+                                   "the next retention run.")
+    r.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    r.add_argument("--topic", required=True)
+    r.add_argument("--partition", type=_non_negative_int, required=True)
+    r.add_argument("--offset", type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"), required=True,
+                   help="the new log start offset; -1: the high watermark (the log end)")
+    r.set_defaults(func=cmd_delete_records, parser=r)
     return parser
 
 
@@ -174,9 +191,11 @@ def parse_add_config(values: list[str]) -> dict[str, str]:
 
 def cmd_topics(args, stdin, out, err) -> int:
     lm = LogManager(args.root) if args.create else _existing(args.root)
-    needs_topic = args.create or args.alter
+    needs_topic = args.create or args.alter or args.delete
     if needs_topic and not args.topic:
-        args.parser.error("--topic is required with --create and --alter")
+        args.parser.error("--topic is required with --create, --alter and --delete")
+    if not args.delete and args.if_exists:
+        args.parser.error("--if-exists goes with --delete")
     if not args.create and (args.partitions or args.config or args.if_not_exists):
         args.parser.error("--partitions, --config and --if-not-exists go with --create")
     if not args.alter and (args.add_config or args.delete_config):
@@ -186,6 +205,11 @@ def cmd_topics(args, stdin, out, err) -> int:
             return 0
         lm.create_topic(args.topic, args.partitions or 1, parse_config_pairs(args.config))
         out.write(f"Created topic {args.topic}.\n")
+    elif args.delete:
+        if args.if_exists and args.topic not in lm.topics():
+            return 0
+        lm.delete_topic(args.topic)
+        out.write(f"Topic {args.topic} is marked for deletion.\n")
     elif args.list:
         for name in lm.topics():
             out.write(name + "\n")
@@ -290,6 +314,18 @@ def cmd_describe(args, stdin, out, err) -> int:
     lines += [""] + _table(["TOPIC", "PARTITION", "BASE-OFFSET", "SIZE", "LARGEST-TIMESTAMP"], segs)
     lines += ["", f"{len(doc['topics'])} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
     out.write("\n".join(lines) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------- delete-records
+
+
+def cmd_delete_records(args, stdin, out, err) -> int:
+    lm = _existing(args.root)
+    tp = TopicPartition(args.topic, args.partition)
+    out.write("Executing records delete operation\n")
+    low = lm.delete_records(tp, args.offset)
+    out.write(f"Records delete operation completed:\npartition: {tp}\tlow_watermark: {low}\n")
     return 0
 
 

@@ -1,30 +1,48 @@
-"""LogManager: one log dir (ROOT). Topics and their configs, partition logs, and the root checkpoints.
+"""LogManager: Kafka's log dirs. Topics and their configs, partition logs, checkpoints, and the background
+duties (retention, delete-records, topic deletion).
 
-Topic metadata (partition count, config overrides) lives in `ROOT/<topic>.kafkalog-topic.json`: a
-file, not a directory, so a Kafka broker pointed at ROOT would still load it. Topics whose
-partition directories exist without that file (a log dir written by Kafka) are found from the
-directory names and get the default config.
+ROOT is one log dir or several, comma-separated like Kafka's `log.dirs` (all on the same kind of
+filesystem). A new partition goes to the log dir holding the fewest partitions (ties: the first
+listed); a partition is found in whichever dir holds it; each log dir keeps checkpoint files for the
+partitions it holds. Topic metadata (partition count, config overrides) lives in the first log dir as
+`<topic>.kafkalog-topic.json`: a file, not a directory, so a Kafka broker pointed at the dir would
+still load it (one found in another log dir is read too). Topics whose partition directories exist
+without that file (a log dir written by Kafka) are found from the directory names and get the default
+config.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable
 
 from .checkpoint import (
-    LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, OffsetCheckpointFile,
+    CLEANER_OFFSET_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
+    OffsetCheckpointFile,
 )
-from .errors import InvalidConfigError, TopicExistsError, UnknownTopicOrPartitionError
+from .errors import (
+    InvalidConfigError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError, TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from .filesystem import LogFileSystem, open_filesystem
 from .log import Log
 from .log_config import LogConfig
-from .log_loader import LogLoader
-from .topic_partition import TopicPartition, parse_log_dir_name, partition_dir_name, validate_topic_name
+from .log_loader import LOCK_FILE, LogLoader
+from .log_retention import (
+    RetentionResult, delete_old_segments, plan_deletion, remove_expired_delete_dirs, remove_expired_deleted_files,
+    write_delete_marker,
+)
+from .topic_partition import (
+    TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, validate_topic_name,
+)
 
 TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
 ROOT_LOCK_FILE = ".lock"
+CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, CLEANER_OFFSET_CHECKPOINT_FILE)
 
 
 @dataclass(frozen=True)
@@ -40,23 +58,92 @@ class TopicMetadata:
                 "config": self.config.overrides}
 
 
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _open_log_dirs(root: str, storage_options: dict | None, fs: LogFileSystem | None):
+    """(filesystem, [log dir paths]) for Kafka's comma-separated log.dirs."""
+    parts = [p.strip() for p in str(root).split(",")]
+    if any(not p for p in parts):
+        raise InvalidConfigError(f"log dirs {root!r}: an empty entry in the comma-separated list")
+    given = fs is not None
+    dirs: list[str] = []
+    for p in parts:
+        if given:
+            path = p
+        else:
+            f, path = open_filesystem(p, storage_options)
+            if fs is None:
+                fs = f
+            elif type(f) is not type(fs) or f.protocol != fs.protocol:
+                raise InvalidConfigError(f"log dirs {root!r}: {p!r} is not on the same kind of filesystem as "
+                                         f"{parts[0]!r}; every log dir must be")
+        path = path.rstrip("/") or "/"
+        if path in dirs:
+            raise InvalidConfigError(f"log dirs {root!r}: {p!r} is listed twice")
+        dirs.append(path)
+    return fs, dirs
+
+
+def _rename_dir(fs: LogFileSystem, src: str, dst: str) -> None:
+    """Rename a directory; on a store whose rename moves single files (fsspec's memory store), entry by entry."""
+    try:
+        fs.rename(src, dst)
+        return
+    except (FileNotFoundError, IsADirectoryError):
+        if not fs.isdir(src) or fs.exists(dst):
+            raise
+    fs.mkdirs(dst)
+    for f in fs.listdir(src):
+        s, d = fs.join(src, f.name), fs.join(dst, f.name)
+        _rename_dir(fs, s, d) if f.is_dir else fs.rename(s, d)
+    fs.delete_dir(src)
+
+
 class LogManager:
-    """Everything under one ROOT: create/list/describe topics, open partition logs, keep checkpoints."""
+    """Everything under the log dirs: create/list/describe/delete topics, open partition logs, keep
+    checkpoints, apply retention and delete-records."""
 
     def __init__(self, root: str, storage_options: dict | None = None, *, fs: LogFileSystem | None = None):
-        if fs is None:
-            fs, root = open_filesystem(root, storage_options)
-        self.fs = fs
-        self.root = root.rstrip("/") or "/"
-        self.recovery_checkpoint = OffsetCheckpointFile(fs, fs.join(self.root, RECOVERY_POINT_CHECKPOINT_FILE))
-        self.log_start_checkpoint = OffsetCheckpointFile(fs, fs.join(self.root, LOG_START_OFFSET_CHECKPOINT_FILE))
+        self.fs, self.log_dirs = _open_log_dirs(root, storage_options, fs)
+        self.root = self.log_dirs[0]  # the first log dir: topic files, the sink's staging files
+        self._checkpoints = {d: {name: OffsetCheckpointFile(self.fs, self.fs.join(d, name)) for name in CHECKPOINT_FILES}
+                             for d in self.log_dirs}
+        self.recovery_checkpoint = self._checkpoints[self.root][RECOVERY_POINT_CHECKPOINT_FILE]
+        self.log_start_checkpoint = self._checkpoints[self.root][LOG_START_OFFSET_CHECKPOINT_FILE]
 
     def url(self, path: str | None = None) -> str:
-        return self.fs.url(self.root if path is None else path)
+        if path is None:
+            return ",".join(self.fs.url(d) for d in self.log_dirs)
+        return self.fs.url(path)
+
+    def _dir_lock(self, log_dir: str, timeout: float = 60):
+        """The log dir's `.lock`, held briefly while its checkpoints or topic files change. Lock order:
+        partition locks before log dir locks, and the first log dir's before the others'."""
+        self.fs.mkdirs(log_dir)
+        return self.fs.lock(self.fs.join(log_dir, ROOT_LOCK_FILE), timeout=timeout)
+
+    def checkpoint_file(self, name: str, log_dir: str | None = None) -> OffsetCheckpointFile:
+        """A checkpoint file (recovery point, log start offset, cleaner offset) of one log dir (default: first)."""
+        return self._checkpoints[log_dir or self.root][name]
+
+    def log_dir_of(self, tp: TopicPartition) -> str:
+        """The log dir that holds (or would now get) a partition."""
+        return self._log_dir_of_path(self.partition_dir(tp))
+
+    def _log_dir_of_path(self, partition_path: str) -> str:
+        parent = self.fs.dirname(partition_path)
+        return parent if parent in self._checkpoints else self.root
 
     # ------------------------------------------------------------------ topics
     def _topic_file(self, topic: str) -> str:
         return self.fs.join(self.root, topic + TOPIC_FILE_SUFFIX)
+
+    def _topic_files(self, topic: str) -> list[str]:
+        """The topic's metadata files that exist, first log dir first."""
+        paths = [self.fs.join(d, topic + TOPIC_FILE_SUFFIX) for d in self.log_dirs]
+        return [p for p in paths if self.fs.exists(p)]
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         """Validate, persist the topic file with a create-only write, and make the partition directories."""
@@ -64,17 +151,24 @@ class LogManager:
         if not isinstance(partitions, int) or partitions < 1:
             raise InvalidConfigError(f"topic {topic}: partitions must be a positive integer, got {partitions!r}")
         cfg = LogConfig.from_dict(config or {})
-        if self._partition_dirs().get(topic):
+        if self._partition_dirs().get(topic) or self._topic_files(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
         meta = TopicMetadata(topic, partitions, cfg, uuid.uuid4().hex)
-        self.fs.mkdirs(self.root)
         body = json.dumps(meta.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        if not self.fs.create_exclusive(self._topic_file(topic), body):
-            raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
-        for p in range(partitions):
-            self.fs.mkdirs(self.partition_dir(TopicPartition(topic, p)))
-        if self.fs.capabilities.fsync:  # the new entries in ROOT survive a power cut with the data under them
-            self.fs.sync_dir(self.root)
+        with self._dir_lock(self.root):  # writers make missing partition dirs under it: none before we are done
+            if not self.fs.create_exclusive(self._topic_file(topic), body):
+                raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
+            self._prune_checkpoints(topic)  # entries left by a topic of this name removed by hand
+            counts = self._partition_counts()
+            for p in range(partitions):
+                if self._locate(TopicPartition(topic, p)) is None:
+                    d = min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
+                    counts[d] += 1
+                    self.fs.mkdirs(self.fs.join(d, partition_dir_name((topic, p))))
+        if self.fs.capabilities.fsync:  # the new entries survive a power cut with the data under them
+            for d in self.log_dirs:
+                if self.fs.isdir(d):
+                    self.fs.sync_dir(d)
         return meta
 
     def get_or_create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
@@ -86,30 +180,47 @@ class LogManager:
             except TopicExistsError:  # another process won the race
                 return self.topic(topic)
 
+    def _live_dirs(self) -> dict[TopicPartition, list[str]]:
+        """Every live partition directory, by partition (more than one path: the same partition in two dirs)."""
+        out: dict[TopicPartition, list[str]] = {}
+        for d in self.log_dirs:
+            for f in self.fs.listdir(d):
+                if not f.is_dir:
+                    continue
+                parsed = parse_log_dir_name(f.name)
+                if parsed is not None and parsed.kind == "live":
+                    out.setdefault(parsed.topic_partition, []).append(self.fs.join(d, f.name))
+        return out
+
     def _partition_dirs(self) -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
-        for f in self.fs.listdir(self.root):
-            if not f.is_dir:
-                continue
-            parsed = parse_log_dir_name(f.name)
-            if parsed is not None and parsed.kind == "live":
-                out.setdefault(parsed.topic_partition.topic, set()).add(parsed.topic_partition.partition)
+        for tp in self._live_dirs():
+            out.setdefault(tp.topic, set()).add(tp.partition)
         return out
+
+    def _partition_counts(self) -> dict[str, int]:
+        counts = {d: 0 for d in self.log_dirs}
+        for paths in self._live_dirs().values():
+            for path in paths:
+                counts[self._log_dir_of_path(path)] += 1
+        return counts
 
     def topics(self) -> list[str]:
         names = set(self._partition_dirs())
-        for f in self.fs.listdir(self.root):
-            if not f.is_dir and f.name.endswith(TOPIC_FILE_SUFFIX):
-                names.add(f.name[: -len(TOPIC_FILE_SUFFIX)])
+        for d in self.log_dirs:
+            for f in self.fs.listdir(d):
+                if not f.is_dir and f.name.endswith(TOPIC_FILE_SUFFIX):
+                    names.add(f.name[: -len(TOPIC_FILE_SUFFIX)])
         return sorted(names)
 
     def topic(self, topic: str) -> TopicMetadata:
-        path = self._topic_file(topic)
-        if self.fs.exists(path):
+        for path in self._topic_files(topic)[:1]:
             try:
                 doc = json.loads(self.fs.read(path))
                 return TopicMetadata(doc["topic"], int(doc["partitions"]), LogConfig.from_dict(doc.get("config", {})),
                                      doc.get("topicId"))
+            except FileNotFoundError:
+                break  # deleted since we looked
             except (ValueError, KeyError, TypeError) as e:
                 raise InvalidConfigError(f"topic file {self.url(path)} is not valid: {e}") from e
         parts = self._partition_dirs().get(topic)
@@ -123,53 +234,219 @@ class LogManager:
         overrides.update({k: str(v) for k, v in set_config.items()})
         new = TopicMetadata(topic, meta.partitions, LogConfig.from_dict(overrides), meta.topic_id or uuid.uuid4().hex)
         body = json.dumps(new.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        with self.fs.lock(self.fs.join(self.root, ROOT_LOCK_FILE), timeout=30):
-            self.fs.write_atomic(self._topic_file(topic), body)
+        with self._dir_lock(self.root, timeout=30):
+            self.fs.write_atomic((self._topic_files(topic) or [self._topic_file(topic)])[0], body)
         return new
 
     # ------------------------------------------------------------------ partitions
+    def _locate(self, tp: TopicPartition) -> str | None:
+        """The partition's directory in whichever log dir holds it, or None."""
+        name = partition_dir_name(tp)
+        found = [p for p in (self.fs.join(d, name) for d in self.log_dirs) if self.fs.isdir(p)]
+        if len(found) > 1:
+            raise KafkaStorageError(f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
+                                    f"{self.url(found[0])} and {self.url(found[1])}; remove one of them")
+        return found[0] if found else None
+
     def partition_dir(self, tp: TopicPartition) -> str:
-        return self.fs.join(self.root, partition_dir_name(tp))
+        """The partition's directory: where it is, or, for a partition with none yet, where it would go now."""
+        name = partition_dir_name(tp)
+        if len(self.log_dirs) == 1:
+            return self.fs.join(self.root, name)
+        found = self._locate(tp)
+        if found is not None:
+            return found
+        counts = self._partition_counts()
+        return self.fs.join(min(self.log_dirs, key=lambda d: counts[d]), name)
 
     def partitions(self, topic: str) -> list[TopicPartition]:
         return [TopicPartition(topic, p) for p in range(self.topic(topic).partitions)]
 
-    def open_log(self, tp: TopicPartition, *, writable: bool = False, lock_timeout: float | None = 30.0,
-                 config: LogConfig | None = None) -> Log:
-        """Load a partition. A writable Log holds the partition lock until close() and records the
-        recovery point and log start offset in ROOT's checkpoint files when it closes."""
+    def _check_partition(self, tp: TopicPartition) -> TopicMetadata:
         meta = self.topic(tp.topic)
         if not 0 <= tp.partition < meta.partitions:
             raise UnknownTopicOrPartitionError(
                 f"partition {tp.partition} does not exist: topic '{tp.topic}' has {meta.partitions} partition(s)")
+        return meta
+
+    def _create_partition_dir(self, tp: TopicPartition) -> str:
+        """Make a missing partition directory, under the first log dir's lock so that a topic deletion or
+        another writer placing it elsewhere cannot interleave."""
+        with self._dir_lock(self.root):
+            self._check_partition(tp)  # the topic may have been deleted since
+            path = self.partition_dir(tp)
+            self.fs.mkdirs(path)
+        return path
+
+    def open_log(self, tp: TopicPartition, *, writable: bool = False, lock_timeout: float | None = 30.0,
+                 config: LogConfig | None = None) -> Log:
+        """Load a partition. A writable Log holds the partition lock until close() and records the
+        recovery point and log start offset in its log dir's checkpoint files when it closes."""
+        meta = self._check_partition(tp)
+        dir = self._locate(tp)
+        if dir is None:
+            if not writable:
+                raise UnknownTopicOrPartitionError(f"partition directory {self.url(self.partition_dir(tp))} "
+                                                   f"does not exist")
+            dir = self._create_partition_dir(tp)
+        files = self._checkpoints[self._log_dir_of_path(dir)]
         key = (tp.topic, tp.partition)
-        recovery = self.recovery_checkpoint.read().get(key, 0)
-        start = self.log_start_checkpoint.read().get(key, 0)
-        dir = self.partition_dir(tp)
-        if not writable and not self.fs.isdir(dir):
-            raise UnknownTopicOrPartitionError(f"partition directory {self.url(dir)} does not exist")
+        recovery = files[RECOVERY_POINT_CHECKPOINT_FILE].read().get(key, 0)
+        start = files[LOG_START_OFFSET_CHECKPOINT_FILE].read().get(key, 0)
         log = LogLoader(self.fs, dir, tp, config or meta.config, recovery_point=recovery, log_start_offset=start,
-                        writable=writable, lock_timeout=lock_timeout).load()
+                        writable=writable, lock_timeout=lock_timeout, create_dir=False).load()
         if writable:
             log._on_close = self._record_checkpoints
         return log
 
     def _record_checkpoints(self, log: Log) -> None:
-        self.update_checkpoints({log.tp: log.recovery_point}, {log.tp: log.log_start_offset})
+        self._update_dir_checkpoints(self._log_dir_of_path(log.dir), {log.tp: log.recovery_point},
+                                     {log.tp: log.log_start_offset})
 
     def update_checkpoints(self, recovery_points: dict, log_start_offsets: dict) -> None:
-        """Merge entries into the root checkpoint files under the root lock (read, merge, atomic write)."""
-        with self.fs.lock(self.fs.join(self.root, ROOT_LOCK_FILE), timeout=60):
+        """Merge entries into the checkpoint files of the log dirs holding the partitions (under each dir's lock)."""
+        by_dir: dict[str, tuple[dict, dict]] = {}
+        for i, entries in enumerate((recovery_points, log_start_offsets)):
+            for k, v in entries.items():
+                tp = TopicPartition(*k)
+                path = self._locate(tp)
+                d = self._log_dir_of_path(path) if path is not None else self.root
+                by_dir.setdefault(d, ({}, {}))[i][tp] = v
+        for d, (rps, lsos) in by_dir.items():
+            self._update_dir_checkpoints(d, rps, lsos)
+
+    def _update_dir_checkpoints(self, log_dir: str, recovery_points: dict, log_start_offsets: dict) -> None:
+        files = self._checkpoints[log_dir]
+        with self._dir_lock(log_dir):
             if recovery_points:
-                cur = self.recovery_checkpoint.read()
+                cur = files[RECOVERY_POINT_CHECKPOINT_FILE].read()
                 cur.update({tuple(k): v for k, v in recovery_points.items()})
-                self.recovery_checkpoint.write(cur)
+                files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur)
             if log_start_offsets:
-                cur = self.log_start_checkpoint.read()
+                cur = files[LOG_START_OFFSET_CHECKPOINT_FILE].read()
                 changed = {tuple(k): v for k, v in log_start_offsets.items() if cur.get(tuple(k), 0) != v}
                 if changed:
                     cur.update(changed)
-                    self.log_start_checkpoint.write(cur)
+                    files[LOG_START_OFFSET_CHECKPOINT_FILE].write(cur)
+
+    def _prune_checkpoints(self, topic: str) -> None:
+        """Drop a topic's entries from every checkpoint file. The caller holds the first log dir's lock."""
+        for d in self.log_dirs:
+            with (contextlib.nullcontext() if d == self.root else self._dir_lock(d)):
+                for f in self._checkpoints[d].values():
+                    cur = f.read()
+                    kept = {k: v for k, v in cur.items() if k[0] != topic}
+                    if len(kept) != len(cur):
+                        f.write(kept)
+
+    # ------------------------------------------------------------------ retention and delete-records
+    def apply_retention(self, tp: TopicPartition, *, now_ms: int | None = None,
+                        lock_timeout: float | None = 30.0) -> RetentionResult:
+        """One retention run on a partition (see storage/log_retention.py). The plan is made on a reader's
+        view; the partition lock is taken only when there is something to delete, and re-plans under it."""
+        now = _now_ms() if now_ms is None else now_ms
+        with self.open_log(tp) as log:
+            if not plan_deletion(log, now_ms=now):
+                return RetentionResult(tp, bytes_before=log.size, bytes_after=log.size,
+                                       log_start_offset_before=log.log_start_offset,
+                                       log_start_offset=log.log_start_offset)
+        with self.open_log(tp, writable=True, lock_timeout=lock_timeout) as log:
+            return delete_old_segments(log, now_ms=now)  # close records the new log start offset
+
+    def remove_expired_deleted_files(self, tp: TopicPartition, *, now_ms: int | None = None) -> list[str]:
+        """Remove a partition's `.deleted` files older than the topic's file.delete.delay.ms."""
+        dir = self._locate(tp)
+        if dir is None:
+            return []
+        delay = self.topic(tp.topic).config.file_delete_delay_ms
+        return remove_expired_deleted_files(self.fs, dir, delay, now_ms=now_ms)
+
+    def retention_pass(self, topics: Iterable[str] | None = None, *, now_ms: int | None = None,
+                       lock_timeout: float | None = 30.0) -> list[RetentionResult]:
+        """Retention and `.deleted` file removal for every partition (Kafka's log retention task). A partition
+        whose lock stays taken is reported as skipped; topics deleted meanwhile are passed over."""
+        now = _now_ms() if now_ms is None else now_ms
+        results = []
+        for name in (self.topics() if topics is None else topics):
+            try:
+                tps = self.partitions(name)
+            except UnknownTopicOrPartitionError:
+                continue
+            for tp in tps:
+                try:
+                    result = self.apply_retention(tp, now_ms=now, lock_timeout=lock_timeout)
+                except LogLockedError as e:
+                    result = RetentionResult(tp, skipped=str(e))
+                except UnknownTopicOrPartitionError:
+                    continue
+                result.removed_files = self.remove_expired_deleted_files(tp, now_ms=now)
+                results.append(result)
+        return results
+
+    def delete_records(self, tp: TopicPartition, offset: int, *, lock_timeout: float | None = 30.0) -> int:
+        """kafka-delete-records: raise the partition's log start offset to `offset` (-1: the log end, which is
+        the high watermark here) and persist it; returns the new low watermark. Segments wholly below it go
+        at the next retention run, as in Kafka. A lower offset than the current start changes nothing."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+            raise OffsetOutOfRangeError(f"delete-records on topic '{tp.topic}' partition {tp.partition}: offset "
+                                        f"{offset!r} is not an offset >= 0 or -1 (the high watermark)")
+        with self.open_log(tp, writable=True, lock_timeout=lock_timeout) as log:
+            target = log.log_end_offset if offset == -1 else offset
+            if target > log.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of topic '{tp.topic}' partition {tp.partition} before offset {target}: "
+                    f"it is beyond the log end offset (high watermark) {log.log_end_offset}; the log start "
+                    f"offset is {log.log_start_offset}")
+            log.maybe_increment_log_start_offset(target)
+            return log.log_start_offset  # close() persists it in log-start-offset-checkpoint
+
+    # ------------------------------------------------------------------ topic deletion
+    def delete_topic(self, topic: str, *, lock_timeout: float | None = 30.0, now_ms: int | None = None) -> list[str]:
+        """Delete a topic as Kafka does: its metadata goes and every partition directory is renamed to
+        `<topic>-<p>.<id>-delete`, so opens fail with UnknownTopicOrPartitionError; the directories are
+        removed after the topic's file.delete.delay.ms (remove_deleted_topic_dirs). Each partition's write lock
+        is taken first, so a commit in progress finishes whole; if one stays locked past `lock_timeout`
+        seconds nothing is deleted. Returns the renamed directories."""
+        meta = self.topic(topic)
+        now = _now_ms() if now_ms is None else now_ms
+        live = sorted((tp, path) for tp, paths in self._live_dirs().items() if tp.topic == topic for path in paths)
+        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
+        renamed = []
+        with contextlib.ExitStack() as held:
+            for tp, path in live:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    held.enter_context(self.fs.lock(self.fs.join(path, LOCK_FILE), timeout=remaining))
+                except LogLockedError:
+                    raise LogLockedError(f"cannot delete topic '{topic}': partition {tp.partition} "
+                                         f"({self.url(path)}) is still locked by a writer after {lock_timeout}s; "
+                                         f"nothing was deleted") from None
+                except FileNotFoundError:
+                    continue  # renamed by a concurrent deletion
+            with self._dir_lock(self.root):
+                for path in self._topic_files(topic):
+                    self.fs.delete(path)
+                for tp, path in live:
+                    if not self.fs.isdir(path):
+                        continue
+                    dst = self.fs.join(self.fs.dirname(path), deleted_dir_name(tp))
+                    _rename_dir(self.fs, path, dst)
+                    write_delete_marker(self.fs, dst, tp, delete_time_ms=now,
+                                        delay_ms=meta.config.file_delete_delay_ms)
+                    renamed.append(dst)
+                if self.fs.capabilities.fsync:
+                    for d in self.log_dirs:
+                        if self.fs.isdir(d):
+                            self.fs.sync_dir(d)
+                self._prune_checkpoints(topic)
+        return renamed
+
+    def remove_deleted_topic_dirs(self, *, now_ms: int | None = None) -> list[str]:
+        """Remove deleted topics' `-delete` directories whose delay has passed (Kafka's kafka-delete-logs task)."""
+        out = []
+        for d in self.log_dirs:
+            out += remove_expired_delete_dirs(self.fs, d, now_ms=now_ms)
+        return out
 
     # ------------------------------------------------------------------ description
     def describe(self, topics: Iterable[str] | None = None) -> dict:
@@ -179,15 +456,15 @@ class LogManager:
             meta = self.topic(name)
             t = {"topic": name, "partitions": [], "config": meta.config.overrides, "topicId": meta.topic_id}
             for tp in self.partitions(name):
-                dir = self.partition_dir(tp)
-                if not self.fs.isdir(dir):
+                dir = self._locate(tp)
+                if dir is None:
                     t["partitions"].append({"partition": tp.partition, "logStartOffset": 0, "logEndOffset": 0,
                                             "size": 0, "segments": []})
                     continue
                 with self.open_log(tp) as log:
                     t["partitions"].append({
-                        "partition": tp.partition, "logStartOffset": log.log_start_offset,
-                        "logEndOffset": log.log_end_offset, "size": log.size,
+                        "partition": tp.partition, "logDir": self.url(self._log_dir_of_path(dir)),
+                        "logStartOffset": log.log_start_offset, "logEndOffset": log.log_end_offset, "size": log.size,
                         "segments": [{"baseOffset": s.base_offset, "size": s.size,
                                       "largestTimestamp": s.largest_timestamp} for s in log.segments if s.size
                                      or s is log.active_segment],

@@ -1,0 +1,210 @@
+"""Retention: which old segments of a partition go (Kafka's UnifiedLog.deleteOldSegments), and the removal
+of `.deleted` files and deleted topics' `-delete` directories once file.delete.delay.ms has passed.
+
+Three passes run in Kafka 3.x's order, each on what the previous one left: segments wholly below
+logStartOffset (every cleanup.policy, as in Kafka), then, for policies containing `delete`,
+retention.bytes over the whole partition and retention.ms against each segment's largest timestamp.
+Each pass takes a prefix of the segments and stops at the first one it keeps. An empty active segment
+is never deleted; a non-empty active segment that a pass would delete is rolled first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .filesystem import LogFileSystem
+from .log import Log
+from .log_config import LogConfig
+from .log_segment import LogSegment
+from .topic_partition import DELETED_FILE_SUFFIX, TopicPartition, parse_log_dir_name, parse_segment_file
+
+REASON_LOG_START_OFFSET = "log-start-offset"
+REASON_RETENTION_BYTES = "retention.bytes"
+REASON_RETENTION_MS = "retention.ms"
+
+Predicate = Callable[[LogSegment, "LogSegment | None"], bool]
+
+
+@dataclass
+class RetentionResult:
+    """What one retention run did to a partition."""
+
+    topic_partition: TopicPartition
+    segments_deleted: int = 0
+    deleted_base_offsets: list[int] = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+    log_start_offset_before: int = 0
+    log_start_offset: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)  # segments deleted per rule
+    rolled: bool = False  # every segment had expired: the active one was rolled so it could go
+    removed_files: list[str] = field(default_factory=list)  # expired `.deleted` files removed
+    skipped: str | None = None  # why the partition was not examined (a writer held its lock)
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def segment_largest_timestamp(seg: LogSegment) -> int:
+    """The timestamp retention.ms compares: the segment's largest record timestamp (its .timeindex), or, when
+    no record carries one, the .log file's modification time (Kafka's LogSegment.largestTimestamp)."""
+    ts = seg.largest_timestamp
+    if ts < 0 and seg.size:
+        ts = seg.fs.modified_ms(seg.log_path)
+    return ts
+
+
+def _passes(config: LogConfig, now_ms: int) -> Iterator[tuple[str, Callable[[list[LogSegment], int], Predicate | None]]]:
+    """(reason, make predicate from (segments, logStartOffset)) per pass; a None predicate skips the pass."""
+
+    def below_log_start(segs: list[LogSegment], log_start: int) -> Predicate:
+        return lambda seg, nxt: nxt is not None and nxt.base_offset <= log_start
+
+    yield REASON_LOG_START_OFFSET, below_log_start
+    if not config.delete:
+        return
+
+    def over_size(segs: list[LogSegment], log_start: int) -> Predicate | None:
+        limit = config.retention_bytes
+        size = sum(s.size for s in segs)
+        if limit < 0 or size < limit:
+            return None
+        diff = size - limit
+
+        def pred(seg: LogSegment, nxt) -> bool:
+            nonlocal diff
+            if diff - seg.size >= 0:
+                diff -= seg.size
+                return True
+            return False
+
+        return pred
+
+    def expired(segs: list[LogSegment], log_start: int) -> Predicate | None:
+        if config.retention_ms < 0:
+            return None
+        return lambda seg, nxt: now_ms - segment_largest_timestamp(seg) > config.retention_ms
+
+    yield REASON_RETENTION_BYTES, over_size
+    yield REASON_RETENTION_MS, expired
+
+
+def _deletable_count(segs: list[LogSegment], pred: Predicate) -> int:
+    """How many leading segments `pred` deletes (Kafka's deletableSegments); an empty last segment stays."""
+    k = 0
+    while k < len(segs):
+        nxt = segs[k + 1] if k + 1 < len(segs) else None
+        if not pred(segs[k], nxt) or (nxt is None and segs[k].size == 0):
+            break
+        k += 1
+    return k
+
+
+def plan_deletion(log: Log, *, now_ms: int | None = None) -> list[tuple[int, str]]:
+    """(base offset, reason) of every segment a retention run would delete now, in order. Changes nothing,
+    so it runs on a reader's Log without the partition lock."""
+    now = _now() if now_ms is None else now_ms
+    segs = log.segments
+    log_start = log.log_start_offset
+    out: list[tuple[int, str]] = []
+    for reason, make in _passes(log.config, now):
+        pred = make(segs, log_start)
+        k = _deletable_count(segs, pred) if pred is not None else 0
+        out += [(s.base_offset, reason) for s in segs[:k]]
+        if k == len(segs):
+            break  # a roll would leave only a new empty active segment: nothing more to delete
+        segs = segs[k:]
+        log_start = max(log_start, segs[0].base_offset)
+    return out
+
+
+def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResult:
+    """Apply the three passes to a writable Log (its holder has the partition lock). Segment files are renamed
+    to `.deleted`; the caller's close records the new log start offset in log-start-offset-checkpoint."""
+    now = _now() if now_ms is None else now_ms
+    result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
+    for reason, make in _passes(log.config, now):
+        segs = log.segments
+        pred = make(segs, log.log_start_offset)
+        k = _deletable_count(segs, pred) if pred is not None else 0
+        if not k:
+            continue
+        result.rolled |= k == len(segs)
+        doomed = log.delete_oldest_segments(k)
+        result.deleted_base_offsets += [s.base_offset for s in doomed]
+        result.reasons[reason] = result.reasons.get(reason, 0) + len(doomed)
+    result.segments_deleted = len(result.deleted_base_offsets)
+    result.bytes_after = log.size
+    result.log_start_offset = log.log_start_offset
+    return result
+
+
+def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
+                                 now_ms: int | None = None) -> list[str]:
+    """Remove the `.deleted` segment files in a partition directory whose modification time is at least
+    `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
+    now = _now() if now_ms is None else now_ms
+    removed = []
+    for f in fs.listdir(dir):
+        parsed = parse_segment_file(f.name)
+        if f.is_dir or parsed is None or parsed.extra != DELETED_FILE_SUFFIX:
+            continue
+        path = fs.join(dir, f.name)
+        try:
+            if now - fs.modified_ms(path) < delay_ms:
+                continue
+        except FileNotFoundError:  # removed by a writer's loader meanwhile
+            continue
+        fs.delete(path)
+        removed.append(f.name)
+    return sorted(removed)
+
+
+# ---------------------------------------------------------------- deleted topics' directories
+
+#: Written into a partition directory renamed to `-delete`: when it was deleted and the topic's
+#: file.delete.delay.ms (the topic file is gone by then). A dir without it (Kafka's) counts from its mtime.
+DELETE_MARKER_FILE = "kafkalog-delete.json"
+MAX_MARKER_BYTES = 4096
+
+
+def write_delete_marker(fs: LogFileSystem, dir: str, tp: TopicPartition, *, delete_time_ms: int,
+                        delay_ms: int) -> None:
+    body = {"topic": tp.topic, "partition": tp.partition, "deleteTimeMs": delete_time_ms, "fileDeleteDelayMs": delay_ms}
+    fs.write_atomic(fs.join(dir, DELETE_MARKER_FILE), json.dumps(body).encode() + b"\n")
+
+
+def delete_dir_due_ms(fs: LogFileSystem, dir: str) -> int:
+    """When a `-delete` directory may be removed: its marker's deletion time + delay, else its mtime + the
+    default file.delete.delay.ms."""
+    marker = fs.join(dir, DELETE_MARKER_FILE)
+    try:
+        if fs.exists(marker) and fs.size(marker) <= MAX_MARKER_BYTES:
+            doc = json.loads(fs.read(marker))
+            return int(doc["deleteTimeMs"]) + int(doc["fileDeleteDelayMs"])
+    except (ValueError, KeyError, TypeError, FileNotFoundError):
+        pass  # an unreadable marker: fall back to the directory's mtime
+    return fs.modified_ms(dir) + LogConfig().file_delete_delay_ms
+
+
+def remove_expired_delete_dirs(fs: LogFileSystem, log_dir: str, *, now_ms: int | None = None) -> list[str]:
+    """Remove the `<topic>-<partition>.<id>-delete` directories of one log dir whose delay has passed."""
+    now = _now() if now_ms is None else now_ms
+    removed = []
+    for f in fs.listdir(log_dir):
+        parsed = parse_log_dir_name(f.name) if f.is_dir else None
+        if parsed is None or parsed.kind != "delete":
+            continue
+        path = fs.join(log_dir, f.name)
+        try:
+            if now < delete_dir_due_ms(fs, path):
+                continue
+        except FileNotFoundError:  # removed by another job meanwhile
+            continue
+        fs.delete_dir(path)
+        removed.append(path)
+    return sorted(removed)
