@@ -1,0 +1,453 @@
+"""The log filesystem over an object store (S3, GCS, Azure Blob via fsspec): immutable objects, no append,
+no atomic rename, no locks; create-only writes (If-None-Match: *) are the one coordination primitive.
+
+Directories do not exist: a "dir" is a key prefix that some object has. Listings are cached per
+instance (see ObjectStoreFileSystem) so a query that lists a partition many times pays one LIST.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import fsspec
+import fsspec.asyn
+from fsspec.core import url_to_fs
+
+from .errors import KafkaStorageError
+from .filesystem import Appender, Capabilities, FileInfo, LogFileSystem
+from .storage_options import redact_text, redact_url, safe_repr
+
+# How long a listing may be served from the cache (seconds). None: until this instance writes under it.
+DEFAULT_LISTING_TTL = 5.0
+_CONFLICT_RETRIES = 6  # S3 answers 409 ConditionalRequestConflict while another conditional write is in flight
+
+
+@dataclass(frozen=True)
+class _Backend:
+    """What one fsspec implementation can do beyond plain GET/PUT/LIST/DELETE."""
+    atomic_create: bool  # pipe_file(mode="create") is one conditional request the store decides
+    touch_existing: str | None  # "copy": server-side copy onto itself; "rewrite": read and write back
+    process_local: bool = False  # the store lives in this process (create is made atomic with a lock)
+    one_list: bool = False  # list with s3fs's _lsdir: ls() of an empty prefix also LISTs the parent
+
+
+_BACKENDS = {
+    # s3fs >= 2024.12: PutObject / CompleteMultipartUpload with IfNoneMatch="*", 412 -> FileExistsError
+    "s3": _Backend(atomic_create=True, touch_existing="copy", one_list=True),
+    "s3a": _Backend(atomic_create=True, touch_existing="copy", one_list=True),
+    # gcsfs: ifGenerationMatch=0 (upstream calls it experimental); adlfs: upload_blob(overwrite=False)
+    "gs": _Backend(atomic_create=True, touch_existing=None),
+    "gcs": _Backend(atomic_create=True, touch_existing=None),
+    "abfs": _Backend(atomic_create=True, touch_existing=None),
+    "abfss": _Backend(atomic_create=True, touch_existing=None),
+    "az": _Backend(atomic_create=True, touch_existing=None),
+    "memory": _Backend(atomic_create=True, touch_existing="rewrite", process_local=True),
+}
+_UNKNOWN = _Backend(atomic_create=False, touch_existing=None)
+_process_create_lock = threading.Lock()
+
+
+def _protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    p = fs.protocol
+    return p[0] if isinstance(p, (tuple, list)) else p
+
+
+def _error_code(exc: BaseException) -> str | None:
+    """The S3-style error code behind an fsspec exception (botocore ClientError in the cause chain)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        resp = getattr(exc, "response", None)
+        if isinstance(resp, dict) and isinstance(resp.get("Error"), dict):
+            return resp["Error"].get("Code")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _plain_md5_etag(etag: Any) -> str | None:
+    tag = str(etag or "").strip('"').lower()
+    return tag if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) else None
+
+
+class ObjectStoreFileSystem(LogFileSystem):
+    """LogFileSystem over any fsspec AbstractFileSystem that behaves like an object store.
+
+    - read(path, start, end) is one ranged GET; no whole-object reads for ranges, no read-ahead.
+    - write_atomic is one PUT (a multipart upload is also all-or-nothing on S3).
+    - create_exclusive is one conditional PUT (If-None-Match: *); False when the object exists.
+    - rename is copy + delete: dst appears atomically, but src and dst coexist until the delete
+      (capabilities.atomic_rename is False). No append, truncate, in-place writes or locks.
+    - Listing cache: listdir(dir) results (and exists/isdir answered from them) are kept per
+      instance for `listing_ttl` seconds (None: until invalidated). This instance's own writes and
+      deletes drop the cached listings of every dir above the object; other writers' objects show up
+      after the TTL or invalidate_listings(). Reads, sizes and times are never cached.
+    """
+
+    protocol = "s3"
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, *, storage_options: dict | None = None,
+                 listing_ttl: float | None = DEFAULT_LISTING_TTL, atomic_create: bool | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self._fs = fs
+        self.protocol = _protocol_of(fs)
+        backend = _BACKENDS.get(self.protocol, _UNKNOWN)
+        if atomic_create is not None:
+            backend = _Backend(atomic_create, backend.touch_existing, backend.process_local, backend.one_list)
+        self._backend = backend
+        self.capabilities = Capabilities(append=False, atomic_rename=False, exclusive_create=backend.atomic_create,
+                                         locks=False, fsync=False)
+        self._options = dict(storage_options or {})  # only to scrub secrets out of backend messages
+        self._ttl = listing_ttl
+        self._clock = clock
+        self._listings: dict[str, tuple[float, list[FileInfo]]] = {}
+        self._cache_guard = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, storage_options: dict | None = None, **kwargs) -> tuple["ObjectStoreFileSystem", str]:
+        """(filesystem, path) for an fsspec URL such as s3://bucket/prefix, with fsspec storage options."""
+        opts = dict(storage_options or {})
+        protocol = url.split("://", 1)[0] if "://" in url else "file"
+        if protocol in _BACKENDS and protocol != "memory":
+            opts.setdefault("use_listings_cache", False)  # one listing cache, ours, with known invalidation
+        shown = redact_text(url, opts)
+        try:
+            fs, path = url_to_fs(url, **opts)
+        except ImportError as e:
+            hint = " (pip install 'kafkalog-ds[s3]')" if protocol in ("s3", "s3a") else ""
+            raise KafkaStorageError(f"log dir {shown}: filesystem {protocol!r} needs a package that is not "
+                                    f"installed: {redact_text(e, opts)}{hint}") from None
+        except (ValueError, TypeError) as e:
+            raise KafkaStorageError(f"log dir {shown}: cannot open filesystem {protocol!r} with storage options "
+                                    f"{safe_repr(opts)}: {redact_text(e, opts)}") from None
+        return cls(fs, storage_options=opts, **kwargs), path.rstrip("/")
+
+    def __repr__(self):
+        return f"ObjectStoreFileSystem({self.protocol!r}, {self.capabilities})"
+
+    def __reduce__(self):  # ships to Spark executors without the cache or its lock
+        return (_restore, (self._fs, self._options, self._ttl, self._backend.atomic_create))
+
+    # ------------------------------------------------------------------ names and errors
+
+    def _norm(self, path: str) -> str:
+        return self._fs._strip_protocol(path).rstrip("/")
+
+    def url(self, path: str) -> str:
+        return redact_text(redact_url(f"{self.protocol}://{self._norm(path)}"), self._options)
+
+    def _fail(self, op: str, path: str, exc: BaseException) -> BaseException:
+        """The error to raise for a failed backend call: names the object, never a credential."""
+        raw = str(exc) or type(exc).__name__
+        text = redact_text(raw, self._options)
+        if isinstance(exc, FileNotFoundError):
+            err: BaseException = FileNotFoundError(errno.ENOENT, f"{op}: not found", self.url(path))
+        else:
+            err = KafkaStorageError(f"{self.url(path)}: {op} failed: {text}")
+        if text != raw:
+            err.__suppress_context__ = True  # the original message held a secret: do not show it
+        else:
+            err.__cause__ = exc
+        return err
+
+    # ------------------------------------------------------------------ listing cache
+
+    def _cached(self, dir_key: str) -> list[FileInfo] | None:
+        if self._ttl is not None and self._ttl <= 0:
+            return None
+        with self._cache_guard:
+            hit = self._listings.get(dir_key)
+        if hit is None:
+            return None
+        stamp, entries = hit
+        if self._ttl is not None and self._clock() - stamp >= self._ttl:
+            return None
+        return entries
+
+    def invalidate_listings(self, path: str | None = None) -> None:
+        """Forget cached listings: all of them, or those of `path`, the dirs above it and below it."""
+        with self._cache_guard:
+            if path is None:
+                self._listings.clear()
+                return
+            key = self._norm(path)
+            below = key + "/"
+            for k in [k for k in self._listings if k == key or k.startswith(below)]:
+                del self._listings[k]
+            self._forget_parents(key)
+
+    def _forget_parents(self, key: str) -> None:
+        while True:
+            parent = self.dirname(key)
+            self._listings.pop(parent, None)
+            if not parent or parent == key:
+                return
+            key = parent
+
+    def _wrote(self, path: str) -> None:
+        with self._cache_guard:
+            self._forget_parents(self._norm(path))
+
+    # ------------------------------------------------------------------ reads
+
+    def listdir(self, path):
+        key = self._norm(path)
+        hit = self._cached(key)
+        if hit is not None:
+            return list(hit)
+        try:
+            lsdir = getattr(self._fs, "_lsdir", None) if self._backend.one_list else None
+            if lsdir is not None:  # one paginated LIST with delimiter '/', whatever the prefix holds
+                entries = fsspec.asyn.sync(self._fs.loop, lsdir, key, refresh=True)
+            else:
+                entries = self._fs.ls(key, detail=True, refresh=True)
+        except FileNotFoundError:
+            entries = []
+        except Exception as e:
+            raise self._fail("list", path, e)
+        out = []
+        for e in entries:
+            name = self._fs._strip_protocol(e["name"]).rstrip("/")
+            if name == key:  # the object itself (a file, or a zero-byte "dir marker")
+                continue
+            out.append(FileInfo(self.basename(name), int(e.get("size") or 0), e.get("type") == "directory"))
+        if self._ttl is None or self._ttl > 0:
+            with self._cache_guard:
+                self._listings[key] = (self._clock(), out)
+        return list(out)
+
+    def _from_parent_listing(self, path: str) -> FileInfo | None | bool:
+        """The cached parent listing's entry for path, None if absent there, False if nothing is cached."""
+        key = self._norm(path)
+        parent = self.dirname(key)
+        hit = self._cached(parent) if parent and parent != key else None
+        if hit is None:
+            return False
+        name = self.basename(key)
+        return next((e for e in hit if e.name == name), None)
+
+    def exists(self, path):
+        entry = self._from_parent_listing(path)
+        if entry is not False:
+            return entry is not None
+        try:
+            return bool(self._fs.exists(self._norm(path)))
+        except Exception as e:
+            raise self._fail("exists", path, e)
+
+    def isdir(self, path):
+        entry = self._from_parent_listing(path)
+        if entry is not False:
+            return entry is not None and entry.is_dir
+        try:
+            return bool(self._fs.isdir(self._norm(path)))
+        except Exception as e:
+            raise self._fail("isdir", path, e)
+
+    def _info(self, op: str, path: str) -> dict:
+        try:
+            info = self._fs.info(self._norm(path))
+        except Exception as e:
+            raise self._fail(op, path, e)
+        if info.get("type") == "directory":
+            raise self._fail(op, path, FileNotFoundError(path))
+        return info
+
+    def size(self, path):
+        return int(self._info("size", path)["size"])
+
+    def read(self, path, start=0, end=None):
+        """Bytes [start, end) of an object with one ranged GET (an empty range makes no request)."""
+        start = int(start)
+        if start < 0 or (end is not None and int(end) < 0):
+            raise KafkaStorageError(f"{self.url(path)}: read range [{start}, {end}) is negative")
+        if end is not None and int(end) <= start:
+            return b""  # an inverted Range header is ignored by S3, which would send the whole object
+        try:
+            data = self._fs.cat_file(self._norm(path), start=start, end=None if end is None else int(end))
+        except Exception as e:
+            if _error_code(e) == "InvalidRange":  # 416: start is at or past the end
+                return b""
+            raise self._fail(f"read [{start}, {end})", path, e)
+        if end is not None and len(data) > int(end) - start:  # a store that ignored Range: keep the contract
+            data = data[: int(end) - start]
+        return bytes(data)
+
+    def modified_ms(self, path):
+        info = self._info("modified_ms", path)
+        stamp = info.get("LastModified") or info.get("mtime") or info.get("last_modified")
+        if stamp is None:
+            try:
+                stamp = self._fs.modified(self._norm(path))
+            except Exception as e:
+                raise self._fail("modified_ms", path, e)
+        if hasattr(stamp, "timestamp"):
+            return int(stamp.timestamp() * 1000)
+        return int(float(stamp) * 1000)
+
+    # ------------------------------------------------------------------ writes
+
+    def write_atomic(self, path, data, *, durable=True):
+        """Replace the object with one PUT: readers see the old or the new bytes, never a mix."""
+        try:
+            self._fs.pipe_file(self._norm(path), bytes(data))
+        except Exception as e:
+            raise self._fail("write", path, e)
+        finally:
+            self._wrote(path)
+
+    def create_exclusive(self, path, data):
+        """Create the object only if absent (If-None-Match: *): True if this call's bytes are there now.
+
+        False when another writer's object holds the name. An existing object with exactly these bytes
+        counts as ours: a PUT retried after a lost response sees 412 for its own first attempt, so
+        payloads that must not be confused (lock owners, commits) carry a writer id.
+        """
+        if not self._backend.atomic_create:
+            raise KafkaStorageError(f"{self.url(path)}: this filesystem ({self.protocol}) has no atomic "
+                                    f"create-only write (capabilities.exclusive_create is False)")
+        data = bytes(data)
+        try:
+            for attempt in range(_CONFLICT_RETRIES):
+                try:
+                    self._put_if_absent(self._norm(path), data)
+                    return True
+                except FileExistsError:
+                    return self._holds(path, data)
+                except Exception as e:
+                    code = _error_code(e)
+                    if code == "PreconditionFailed":  # a 412 translated without its Condition
+                        return self._holds(path, data)
+                    if code != "ConditionalRequestConflict" or attempt + 1 == _CONFLICT_RETRIES:
+                        raise self._fail("create", path, e)
+                    time.sleep(0.05 * 2 ** attempt)
+            return False  # not reached: the last attempt returns or raises
+        finally:
+            self._wrote(path)
+
+    def _put_if_absent(self, key: str, data: bytes) -> None:
+        if self._backend.process_local:  # fsspec's memory store checks then sets: make that one step
+            with _process_create_lock:
+                self._fs.pipe_file(key, data, mode="create")
+        else:
+            self._fs.pipe_file(key, data, mode="create")
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """Whether the existing object is byte-identical to data (ETag = MD5 for single-part PUTs)."""
+        try:
+            info = self._fs.info(self._norm(path))
+        except FileNotFoundError:
+            return False  # deleted again meanwhile: it was another writer's
+        except Exception as e:
+            raise self._fail("create (checking the existing object)", path, e)
+        if int(info.get("size") or 0) != len(data):
+            return False
+        etag = _plain_md5_etag(info.get("ETag") or info.get("etag"))
+        if etag is not None:
+            return etag == hashlib.md5(data, usedforsecurity=False).hexdigest()
+        return self.read(path, 0, len(data)) == data
+
+    def delete(self, path, *, missing_ok=True):
+        try:
+            if not missing_ok and not self._fs.exists(self._norm(path)):  # S3 "deletes" a missing key
+                raise FileNotFoundError(path)
+            self._fs.rm_file(self._norm(path))
+        except FileNotFoundError as e:
+            if not missing_ok:
+                raise self._fail("delete", path, e)
+        except Exception as e:
+            raise self._fail("delete", path, e)
+        finally:
+            self._wrote(path)
+
+    def delete_dir(self, path):
+        """Delete every object under the prefix `path/` (batched DeleteObjects); checks none is left."""
+        key = self._norm(path)
+        below = key + "/"
+        try:
+            try:
+                keys = [k for k in self._fs.find(key, withdirs=False) if self._fs._strip_protocol(k).startswith(below)]
+            except FileNotFoundError:
+                keys = []
+            if keys:
+                self._fs.rm(keys)
+            left = [k for k in self._fs.find(key, withdirs=False) if self._fs._strip_protocol(k).startswith(below)]
+        except FileNotFoundError:
+            left = []
+        except Exception as e:
+            raise self._fail("delete_dir", path, e)
+        finally:
+            self.invalidate_listings(path)
+        if left:
+            raise KafkaStorageError(f"{self.url(path)}: delete_dir left {len(left)} objects, e.g. "
+                                    f"{self.url(left[0])}")
+
+    def rename(self, src, dst):
+        """Copy then delete (not atomic: after a crash both names may exist; dst itself appears whole)."""
+        try:
+            self._fs.cp_file(self._norm(src), self._norm(dst))
+        except Exception as e:
+            raise self._fail(f"rename to {self.url(dst)}", src, e)
+        finally:
+            self._wrote(dst)
+        self.delete(src)
+
+    def touch(self, path):
+        """Make an existing object's modification time now (FileNotFoundError if there is none).
+
+        S3: a server-side copy onto itself (no bytes move). Stores without such a copy refuse: the
+        engine keeps times it needs inside the data (e.g. delete horizons in batches), not in mtimes.
+        """
+        key = self._norm(path)
+        try:
+            if not self._fs.exists(key):
+                raise FileNotFoundError(key)
+            if self._backend.touch_existing == "copy":
+                self._fs.cp_file(key, key, MetadataDirective="REPLACE")
+            elif self._backend.touch_existing == "rewrite":
+                self._fs.pipe_file(key, self._fs.cat_file(key))
+            else:
+                raise KafkaStorageError(f"{self.url(path)}: cannot set the modification time of an existing "
+                                        f"object on {self.protocol}")
+        except KafkaStorageError:
+            raise
+        except Exception as e:
+            raise self._fail("touch", path, e)
+        finally:
+            self._wrote(path)
+
+    def mkdirs(self, path):
+        """No-op: a prefix exists once an object is written under it."""
+
+    def sync_dir(self, path):
+        """No-op: a completed PUT is durable and visible."""
+
+    def open_appender(self, path, *, create=True) -> Appender:
+        raise KafkaStorageError(f"{self.url(path)}: cannot append: the object store has no append "
+                                f"(capabilities.append is False); write a new object instead")
+
+    def truncate(self, path, size):
+        raise KafkaStorageError(f"{self.url(path)}: cannot truncate to {size} bytes: objects are immutable "
+                                f"on an object store (capabilities.append is False)")
+
+    def lock(self, path, *, timeout=None) -> contextlib.AbstractContextManager:
+        """Object stores have no locks (capabilities.locks is False): this raises.
+
+        A lease object with an expiry gives no mutual exclusion without fencing (a paused holder
+        outlives its lease), so writers coordinate with create_exclusive on the names they publish.
+        """
+        raise KafkaStorageError(f"{self.url(path)}: cannot lock: the object store has no locks "
+                                f"(capabilities.locks is False); coordinate with create-only writes")
+
+
+def _restore(fs, options, ttl, atomic_create):
+    return ObjectStoreFileSystem(fs, storage_options=options, listing_ttl=ttl, atomic_create=atomic_create)
+
+
+def open_object_store(url: str, storage_options: dict | None = None, **kwargs) -> tuple[ObjectStoreFileSystem, str]:
+    """open_filesystem's branch for fsspec URLs other than local paths and memory://."""
+    return ObjectStoreFileSystem.from_url(url, storage_options, **kwargs)

@@ -1,0 +1,175 @@
+"""A real S3 endpoint for tests: moto's S3 app served over HTTP on 127.0.0.1 (port 0) in a thread.
+
+Spark workers are other processes, so this is a server, not an in-process mock. Use it from a test
+module with `from s3_server import s3_server, s3_root  # noqa: F401`.
+
+Two additions over moto's ThreadedMotoServer (same app, same werkzeug server):
+- Object writes are serialized. Moto checks If-None-Match and then stores the object as two steps,
+  so two concurrent conditional PUTs can both succeed (seen with moto 5.2.1 under forced thread
+  switches); S3 decides them atomically, and the tests need S3's semantics.
+- A request log (method, key path, Range, status, body bytes) to count what a call really sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+BUCKET = "kafkalog-test"
+ACCESS_KEY = "testing-access-key"
+SECRET_KEY = "testing-secret-key"
+REGION = "us-east-1"
+_MUTATING = frozenset({"PUT", "POST", "DELETE"})
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str  # /bucket/key, unquoted
+    query: str
+    range: str | None
+    status: int
+    body_bytes: int  # bytes in the response body
+
+
+class RequestLog:
+    """Requests the server answered, in order. Thread-safe."""
+
+    def __init__(self):
+        self._items: list[Request] = []
+        self._guard = threading.Lock()
+
+    def add(self, r: Request) -> None:
+        with self._guard:
+            self._items.append(r)
+
+    def mark(self) -> int:
+        with self._guard:
+            return len(self._items)
+
+    def since(self, mark: int, *, path_prefix: str | None = None) -> list[Request]:
+        with self._guard:
+            items = self._items[mark:]
+        if path_prefix is not None:
+            items = [r for r in items if r.path.startswith(path_prefix)]
+        return items
+
+
+class _App:
+    """Wraps moto's WSGI app: one object write at a time, and every request logged."""
+
+    def __init__(self, app, log: RequestLog):
+        self._app = app
+        self._log = log
+        self._writes = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        status = []
+
+        def capture(s, headers, exc_info=None):
+            status.append(int(s.split(" ", 1)[0]))
+            return start_response(s, headers, exc_info)
+
+        method = environ.get("REQUEST_METHOD", "")
+        lock = self._writes if method in _MUTATING else _NoLock
+        with lock:
+            result = self._app(environ, capture)
+            try:
+                body = list(result)  # run the handler to completion inside the lock
+            finally:
+                if hasattr(result, "close"):
+                    result.close()
+        self._log.add(Request(method, urllib.parse.unquote(environ.get("PATH_INFO", "")),
+                              environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE"),
+                              status[0] if status else 0, sum(len(b) for b in body)))
+        return body
+
+
+class _NoLockType:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NoLock = _NoLockType()
+
+
+class S3Server:
+    """moto's S3 on 127.0.0.1:<free port>; .endpoint_url, .storage_options, .log, .reset()."""
+
+    def __init__(self):
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import WSGIRequestHandler, make_server
+
+        class _Quiet(WSGIRequestHandler):
+            def log(self, *args, **kwargs):  # one line per request would drown the test output
+                pass
+
+        self.log = RequestLog()
+        app = _App(DomainDispatcherApplication(create_backend_app), self.log)
+        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_Quiet)
+        host, port = self._server.server_address[:2]
+        self.endpoint_url = f"http://{host}:{port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto-s3", daemon=True)
+
+    @property
+    def storage_options(self) -> dict:
+        """fsspec/s3fs options that reach this server from any process (no reliance on env vars)."""
+        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "endpoint_url": self.endpoint_url,
+                "client_kwargs": {"region_name": REGION}}
+
+    def start(self) -> "S3Server":
+        self._thread.start()
+        self.create_bucket(BUCKET)
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join()
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id=ACCESS_KEY,
+                     aws_secret_access_key=SECRET_KEY, region_name=REGION).create_bucket(Bucket=name)
+
+    def reset(self) -> None:
+        """Drop every bucket and object (moto's reset API), then recreate the test bucket."""
+        req = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        urllib.request.urlopen(req, timeout=30).close()
+        self.create_bucket(BUCKET)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running S3Server for the whole session, with dummy AWS credentials in the environment."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+                     "AWS_DEFAULT_REGION": REGION, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                     "AWS_CONFIG_FILE": os.devnull}.items():
+            mp.setenv(k, v)
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        mp.delenv("AWS_PROFILE", raising=False)
+        server = S3Server().start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server):
+    """(url, storage_options) of a fresh prefix in the test bucket: tests never see each other's keys."""
+    return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_server.storage_options
