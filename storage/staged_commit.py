@@ -103,7 +103,7 @@ class RecordStager:
         self.task_index = task_index
         self.max_batch_bytes = max_batch_bytes
         self.name = staged_name(writer_id)
-        self.dir = lm.fs.join(lm.root, self.name)
+        self._dirs: set[str] = set()  # this task's staging directory in each log dir it wrote to
         self._logs: dict[TopicPartition, tuple[Log, int]] = {}  # staging log, rows staged
         self._partitions: dict[str, int] = {}
         self._max_bytes: dict[str, int] = {}
@@ -172,11 +172,14 @@ class RecordStager:
         tp = TopicPartition(topic, partition)
         if tp not in self._logs:
             fs = self.lm.fs
-            if not self._logs:  # its mtime dates the attempt (cleanup_staged); directories' mtimes move
-                fs.mkdirs(self.dir)
-                fs.write_atomic(fs.join(self.dir, STAGED_MARKER), b"%d\n" % self.task_index, durable=False)
+            # staged beside the partition (same log dir, so the commit can rename the files in)
+            task_dir = fs.join(self.lm.log_dir_of(tp), self.name)
+            if task_dir not in self._dirs:  # its marker's mtime dates the attempt (cleanup_staged)
+                fs.mkdirs(task_dir)
+                fs.write_atomic(fs.join(task_dir, STAGED_MARKER), b"%d\n" % self.task_index, durable=False)
+                self._dirs.add(task_dir)
             config = staging_config(self._configs[topic])
-            d = fs.join(self.dir, partition_dir_name(tp))
+            d = fs.join(task_dir, partition_dir_name(tp))
             fs.mkdirs(d)
             seg = LogSegment.create(fs, d, 0, **segment_settings(config))
             seg.appended = []
@@ -222,7 +225,8 @@ class RecordStager:
             for seg in staging.segments:
                 seg.close(fsync=False)
         self._logs.clear()
-        self.lm.fs.delete_dir(self.dir)
+        for d in self._dirs:
+            self.lm.fs.delete_dir(d)
 
 
 @dataclass
@@ -259,7 +263,7 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
             first = plog.log_end_offset
             state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces))
             for piece in pieces:
-                if piece.adopt:
+                if piece.adopt and _same_log_dir(lm, piece, plog.dir):
                     plog.adopt_segments(list(piece.segments))
                 else:
                     for data in read_staged(lm, piece):
@@ -271,6 +275,12 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
             result.records += sum(p.records for p in pieces)
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
+
+
+def _same_log_dir(lm: LogManager, piece: StagedPartition, partition_dir: str) -> bool:
+    """Adopting renames files: only within one log dir (a partition placed after staging may not be)."""
+    fs = lm.fs
+    return fs.dirname(fs.dirname(piece.segments[0].dir)) == fs.dirname(partition_dir)
 
 
 def _check_staged(lm: LogManager, piece: StagedPartition) -> None:
@@ -303,28 +313,31 @@ def read_staged(lm: LogManager, piece: StagedPartition):
 
 
 def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = None) -> None:
-    """Delete this writer's staging directories: all of them, or the named ones plus any older unnamed
-    ones (attempts that failed or were killed before reporting). Newer unnamed ones are left alone: a
-    restarted query may already be staging its replay while an old commit finishes."""
+    """Delete this writer's staging directories in every log dir: all of them, or the named ones plus
+    any older unnamed ones (attempts that failed or were killed before reporting). Newer unnamed ones
+    are left alone: a restarted query may already be staging its replay while an old commit finishes."""
     prefix = f"{STAGED_PREFIX}{writer_id}-"
-    mine = {f.name: f.is_dir for f in lm.fs.listdir(lm.root) if f.name.startswith(prefix)}
+    fs = lm.fs
+    found: list[tuple[str, str, bool]] = []  # (log dir, name, is_dir)
+    for log_dir in lm.log_dirs:
+        if fs.exists(log_dir):
+            found += [(log_dir, f.name, f.is_dir) for f in fs.listdir(log_dir) if f.name.startswith(prefix)]
 
-    def age(name: str) -> int:
-        path = lm.fs.join(lm.root, name)
-        marker = lm.fs.join(path, STAGED_MARKER)
-        return lm.fs.modified_ms(marker if mine[name] and lm.fs.exists(marker) else path)
+    def age(log_dir: str, name: str, is_dir: bool) -> int:
+        path = fs.join(log_dir, name)
+        marker = fs.join(path, STAGED_MARKER)
+        return fs.modified_ms(marker if is_dir and fs.exists(marker) else path)
 
     if names is None:
-        doomed = list(mine)
+        doomed = found
     else:
-        named = set(names) & set(mine)
-        oldest = min((age(n) for n in named), default=None)
-        doomed = list(named)
-        if oldest is not None:
-            doomed += [n for n in mine if n not in named and age(n) <= oldest]
-    for name in doomed:
-        path = lm.fs.join(lm.root, name)
-        if mine[name]:
-            lm.fs.delete_dir(path)
+        named = [f for f in found if f[1] in set(names)]
+        oldest = min((age(*f) for f in named), default=None)
+        doomed = named + ([f for f in found if f[1] not in set(names) and age(*f) <= oldest]
+                          if oldest is not None else [])
+    for log_dir, name, is_dir in doomed:
+        path = fs.join(log_dir, name)
+        if is_dir:
+            fs.delete_dir(path)
         else:
-            lm.fs.delete(path)
+            fs.delete(path)

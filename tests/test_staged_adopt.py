@@ -137,3 +137,22 @@ def test_kill_in_the_middle_of_an_adoption_recovers_and_replays_once(root, after
         # a crash after every .log was renamed in completes the commit; otherwise it is rolled back
         assert r.skipped == [TP] or r.appended[TP] == (50, 299)
     check_kafka_shape(root, values(0, 300))
+
+
+def test_staging_goes_to_each_partitions_log_dir(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    lm = LogManager(f"{a},{b}")
+    lm.create_topic("t", 2, CONFIG)
+    dirs = {p: os.path.dirname(lm.partition_dir(TopicPartition("t", p))) for p in (0, 1)}
+    assert set(dirs.values()) == {a, b}  # one partition per log dir
+    t = rows(0, 400).append_column("partition", pa.array([i % 2 for i in range(400)], pa.int32()))
+    f = stage(lm, t)
+    assert all(p.adopt for p in f.partitions)
+    for p in f.partitions:
+        assert os.path.dirname(os.path.dirname(p.segments[0].dir)) == dirs[p.partition]
+    commit_staged(lm, 5, 0, [f])
+    for p in (0, 1):
+        with lm.open_log(TopicPartition("t", p)) as log:
+            got = [v for batch in log.read_records(0) for v in batch.column("value").to_pylist()]
+        assert got == values(0, 400)[p::2]
+    assert not [n for d in (a, b) for n in os.listdir(d) if n.startswith(".kafkalog-staged-")]
