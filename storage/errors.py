@@ -60,3 +60,15 @@ class LogLockedError(KafkaLogError):
 
 class KafkaStorageError(KafkaLogError):
     """An I/O failure or an operation the filesystem cannot do."""
+
+
+class ConcurrentAppendError(KafkaStorageError):
+    """Another writer created the segment this append meant to create (object stores: a create-only
+    write lost). Nothing of this append was written; reopen the log and retry."""
+
+    def __init__(self, message: str, *, topic: str | None = None, partition: int | None = None,
+                 offset: int | None = None):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset

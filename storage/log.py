@@ -14,10 +14,11 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import (
-    CorruptIndexError, CorruptRecordError, InvalidTimestampError, KafkaStorageError, OffsetOutOfRangeError,
-    RecordTooLargeError,
+    ConcurrentAppendError, CorruptIndexError, CorruptRecordError, InvalidTimestampError, KafkaStorageError,
+    OffsetOutOfRangeError, RecordTooLargeError,
 )
 from .filesystem import LogFileSystem
+from .immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .records import record_batch as rb
@@ -82,6 +83,10 @@ class Log:
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
         self.producer_state = None  # a writer's ProducerStateManager, set by the loader
         self.track_batches = False  # a staging log records batch positions for adopt_segments
+        # no append or no locks: every append is one new segment object made with a create-only write
+        self.immutable = immutable_segments(fs)
+        self._lost_race = False  # an immutable append lost its segment name: this Log's view is stale
+        self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self.closed = False
@@ -123,6 +128,9 @@ class Log:
     def _require_writable(self) -> None:
         if not self.writable or self.closed:
             raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition} is not open for writing")
+        if self._lost_race:
+            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: another writer appended since this log "
+                                    f"was opened (ConcurrentAppendError); reopen it to append")
 
     def append(self, records, *, now: int | None = None) -> LogAppendInfo:
         """Append encoded batches (offsets in them are ignored): validate, assign offsets, roll, index.
@@ -147,7 +155,10 @@ class Log:
             for i, p in enumerate(scan.positions):  # per batch: CRC must be recomputed
                 rb.set_log_append_time(buf, int(p), int(sizes[i]), now)
             scan = scan_batches(buf, max_batch_size=self.max_batch_size)
-        self._append_runs(buf, scan, now)
+        if self.immutable:
+            self._append_object(buf, scan)
+        else:
+            self._append_runs(buf, scan, now)
         last_offsets = scan.last_offsets
         max_ts = scan.headers["max_timestamp"].astype(np.int64)
         j = int(np.argmax(max_ts))
@@ -270,13 +281,47 @@ class Log:
         part = select_batches(chunk, start, len(scan))
         seg.append(part.buf, part.scan)
 
+    def _append_object(self, buf: bytearray, scan: BatchScan) -> None:
+        """Immutable segments: the whole append becomes one segment object at the log end offset
+        (see storage/immutable_segment.py). A lost create leaves this Log unable to append."""
+        try:
+            seg = create_segment_object(self.fs, self.dir, self.tp, self._next_offset, buf, scan,
+                                        self.config.index_interval_bytes, self.segment_kwargs())
+        except ConcurrentAppendError:
+            self._lost_race = True
+            raise
+        if self._segments and self._segments[-1].size == 0:  # the empty (never written) active segment
+            self._segments.pop()
+            self._bases.pop()
+        if self._segments:
+            self._segments[-1].rolled = True
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
     def roll(self, new_base_offset: int | None = None) -> LogSegment:
-        """Close the active segment to appends and start a new one at the next offset."""
+        """Close the active segment to appends and start a new one at the next offset.
+
+        Immutable segments: the new segment is empty and exists only in memory until an append
+        creates it."""
         self._require_writable()
         base = self._next_offset if new_base_offset is None else new_base_offset
         active = self.active_segment
         if active.size == 0 and active.base_offset == base:
             return active
+        if self.immutable:
+            if active.size == 0:
+                self._segments.pop()
+                self._bases.pop()
+            else:
+                active.rolled = True
+            if self._bases and base <= self._bases[-1]:
+                raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
+                                        f"segment {self._bases[-1]} exists")
+            seg = LogSegment(self.fs, self.dir, base, log_size=0, index_size=0, time_index_size=0,
+                             **self.segment_kwargs())
+            self._segments.append(seg)
+            self._bases.append(base)
+            return seg
         if active.size == 0:
             # an empty active segment at an older base offset: replace it (Kafka deletes and recreates)
             active.delete()
@@ -302,6 +347,9 @@ class Log:
         few renames; index entries are relative to the segment base, so they move unchanged.
         The caller made the staged bytes durable; the patched headers and the directory are synced here."""
         self._require_writable()
+        if self.immutable:
+            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: cannot adopt staged segments on this "
+                                    f"filesystem (it needs append, locks and atomic rename); append their bytes")
         if not staged:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         first = self._next_offset
@@ -358,10 +406,11 @@ class Log:
         """fsync the log and index bytes of every segment with unflushed data, then the directory."""
         if not self.writable:
             return
-        for seg in self._segments[-2:]:
-            seg.flush(fsync=True)
-        if self.fs.capabilities.fsync:
-            self.fs.sync_dir(self.dir)
+        if not self.immutable:  # immutable segments are whole and durable once created
+            for seg in self._segments[-2:]:
+                seg.flush(fsync=True)
+            if self.fs.capabilities.fsync:
+                self.fs.sync_dir(self.dir)
         self.recovery_point = self._next_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
@@ -369,14 +418,18 @@ class Log:
     def close(self) -> None:
         if self.closed:
             return
-        if self.writable:
+        if self.writable and not self.immutable:
             self.active_segment.close(final_time_entry=True)
+        if self.writable:
             self.flush()
         for seg in self._segments:
             seg.close()
         self.closed = True
+        # immutable segments need no recovery, so the recovery point is not worth a checkpoint write;
+        # the log start offset still is, when it moved
+        record = not self.immutable or self.log_start_offset != self._opened_log_start
         try:
-            if self.writable and self._on_close is not None:
+            if self.writable and record and not self._lost_race and self._on_close is not None:
                 self._on_close(self)
         finally:
             self._release_lock()

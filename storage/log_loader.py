@@ -4,6 +4,11 @@ Writers (holding the partition lock) clean leftovers and recover: `.cleaned` and
 `.swap` files finish their swap; `.deleted` files past file.delete.delay.ms go; missing or corrupt
 indexes are rebuilt; batches from the recovery point on are validated and a torn tail is cut.
 Readers only look: they never change a file, and stop quietly at a tail still being written.
+
+On a filesystem without append or locks (immutable segments, see storage/immutable_segment.py)
+there is no lock, nothing to recover (every segment object is whole) and no leftover handling
+(`.cleaned`/`.swap` belong to a local cleaner holding the lock); a segment whose index objects
+are missing gets them rebuilt in memory, and written when the log is opened for writing.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ from dataclasses import dataclass, field
 
 from .errors import CorruptIndexError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
+from .immutable_segment import (
+    check_exclusive_create, immutable_segments, invalidate_listings, next_offset_of, rebuild_indexes,
+)
 from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment, segment_settings
-from .producer_state import ProducerStateManager
+from .producer_state import producer_state_for
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file,
@@ -61,36 +69,51 @@ class LogLoader:
         return segment_settings(self.config)
 
     def load(self) -> Log:
+        immutable = immutable_segments(self.fs)
         lock = None
         if self.writable:
+            if immutable:
+                check_exclusive_create(self.fs, f"cannot open {self.tp.topic}-{self.tp.partition} for writing")
             if self.create_dir:
                 self.fs.mkdirs(self.dir)
             lock = contextlib.ExitStack()
-            try:
-                lock.enter_context(self.fs.lock(self.fs.join(self.dir, LOCK_FILE), timeout=self.lock_timeout))
-            except FileNotFoundError:
-                raise self._gone() from None
+            if self.fs.capabilities.locks:
+                try:
+                    lock.enter_context(self.fs.lock(self.fs.join(self.dir, LOCK_FILE), timeout=self.lock_timeout))
+                except FileNotFoundError:
+                    raise self._gone() from None
         try:
-            if self.writable and not self.fs.isdir(self.dir):
+            if self.writable and not immutable and not self.fs.isdir(self.dir):
                 # renamed away (topic deletion) while we waited for its lock: the lock we hold is not this dir's
                 raise self._gone()
+            if self.writable and immutable:
+                invalidate_listings(self.fs, self.dir)  # a writer starts from every segment committed so far
             files = self.fs.listdir(self.dir)
-            if self.writable:
+            if self.writable and not immutable:
                 files = self._clean_leftovers(files)
-            segments = self._load_segments(files)
-            if self.writable:
+            segments = self._load_segments(files, immutable)
+            if self.writable and not immutable:
                 segments = self._recover(segments)
+            elif immutable:
+                for seg in segments:
+                    if seg.needs_rebuild:
+                        rebuild_indexes(seg, write=self.writable)
+                        self.report.rebuilt_indexes.append(seg.base_offset)
             start = self.log_start_offset
             if segments:
                 start = max(start, segments[0].base_offset)
             if not segments:
-                if self.writable:
+                if self.writable and not immutable:
                     segments = [LogSegment.create(self.fs, self.dir, start, **self._kwargs())]
-                else:
+                else:  # immutable: the empty active segment exists only in memory until an append creates it
                     segments = [LogSegment(self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0,
                                            **self._kwargs())]
-            next_offset = max(segments[-1].read_next_offset(), start)
-            if self.writable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
+            last = segments[-1]
+            next_offset = max(next_offset_of(last) if immutable else last.read_next_offset(), start)
+            if immutable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
+                segments[-1] = LogSegment(self.fs, self.dir, next_offset, log_size=0, index_size=0,
+                                          time_index_size=0, **self._kwargs())
+            elif self.writable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
                 # an empty active segment below the log start offset: start afresh at it
                 segments[-1].delete()
                 segments[-1] = LogSegment.create(self.fs, self.dir, next_offset, **self._kwargs())
@@ -98,7 +121,7 @@ class LogLoader:
             log = Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
                       recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
             if self.writable:
-                log.producer_state = ProducerStateManager(self.fs, self.dir)
+                log.producer_state = producer_state_for(log)
                 self.report.resolved_commits = log.producer_state.resolve_pending(log)
             return log
         except BaseException:
@@ -162,7 +185,7 @@ class LogLoader:
         return out
 
     # ------------------------------------------------------------------ segments
-    def _load_segments(self, files: list[FileInfo]) -> list[LogSegment]:
+    def _load_segments(self, files: list[FileInfo], immutable: bool = False) -> list[LogSegment]:
         logs: dict[int, int] = {}
         indexes: dict[tuple[int, str], int] = {}
         for f in files:
@@ -170,10 +193,12 @@ class LogLoader:
             if parsed is None or parsed.extra or f.is_dir:
                 continue
             if parsed.suffix == LOG_FILE_SUFFIX:
+                if immutable and f.size == 0:
+                    continue  # holds nothing; never deleted here: without locks that could race a writer
                 logs[parsed.base_offset] = f.size
             elif parsed.suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
                 indexes[(parsed.base_offset, parsed.suffix)] = f.size
-        if self.writable:
+        if self.writable and not immutable:  # immutable: an index may precede its .log in a listing mid-delete
             for (base, suffix) in list(indexes):
                 if base not in logs:  # Kafka: an orphaned index file is deleted
                     self._remove(self.fs.join(self.dir, f"{base:020d}{suffix}"))
@@ -184,7 +209,9 @@ class LogLoader:
             seg = LogSegment(self.fs, self.dir, base, log_size=logs[base], index_size=idx or 0,
                              time_index_size=tidx or 0, **self._kwargs())
             seg.needs_rebuild = idx is None or tidx is None
-            if not seg.needs_rebuild and self.writable:  # readers fall back to a scan on a bad index instead
+            # readers fall back to a scan on a bad index instead; so do immutable logs, where checking
+            # every segment's index would cost a request each (their indexes are written whole)
+            if not seg.needs_rebuild and self.writable and not immutable:
                 try:
                     seg.offset_index.sanity_check(logs[base])
                     seg.time_index.sanity_check()

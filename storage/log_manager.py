@@ -122,7 +122,14 @@ class LogManager:
         """The log dir's `.lock`, held briefly while its checkpoints or topic files change. Lock order:
         partition locks before log dir locks, and the first log dir's before the others'."""
         self.fs.mkdirs(log_dir)
-        return self.fs.lock(self.fs.join(log_dir, ROOT_LOCK_FILE), timeout=timeout)
+        return self._lock(self.fs.join(log_dir, ROOT_LOCK_FILE), timeout)
+
+    def _lock(self, path: str, timeout: float | None):
+        """An exclusive lock, or nothing on a filesystem without locks (object stores), where topic files
+        and segments are published with create-only writes and checkpoint files are hints."""
+        if not self.fs.capabilities.locks:
+            return contextlib.nullcontext()
+        return self.fs.lock(path, timeout=timeout)
 
     def checkpoint_file(self, name: str, log_dir: str | None = None) -> OffsetCheckpointFile:
         """A checkpoint file (recovery point, log start offset, cleaner offset) of one log dir (default: first)."""
@@ -416,7 +423,7 @@ class LogManager:
             for tp, path in live:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
-                    held.enter_context(self.fs.lock(self.fs.join(path, LOCK_FILE), timeout=remaining))
+                    held.enter_context(self._lock(self.fs.join(path, LOCK_FILE), remaining))
                 except LogLockedError:
                     raise LogLockedError(f"cannot delete topic '{topic}': partition {tp.partition} "
                                          f"({self.url(path)}) is still locked by a writer after {lock_timeout}s; "

@@ -5,21 +5,31 @@ produce is not appended twice. We do the same for Spark micro-batches: each writ
 query) records its last committed batch id per partition, and marks a commit "pending" before its
 bytes go in, so a crash mid-commit is rolled back (or completed) by the next writer to open the
 partition. The state lives in `<partition dir>/kafkalog-producer-state.json`, a file Kafka ignores.
+
+Where there are no locks (immutable segments on object stores) nothing can be marked pending:
+ObjectProducerStateManager reads the state from the batches themselves (see its docstring), and
+the same file holds only a hint. producer_state_for(log) picks the flavour.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import struct
 import time
 from dataclasses import asdict, dataclass
 
-from .errors import KafkaStorageError
+from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
+from .immutable_segment import read_first_header
+from .records.record_batch import CRC_OFFSET, compute_crc, scan_batches, validate_batches
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "kafkalog-producer-state.json"
+HINT_VERSION = 2  # the object-store flavour's file: {"version": 2, "asOf": offset, "writers": {id: [batch, base]}}
+PRODUCER_FIELDS_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 in a batch header
+MAX_BATCH_ID = 2**31 - 1  # baseSequence is an int32
 
 
 @dataclass
@@ -39,6 +49,8 @@ class WriterEntry:
 
 class ProducerStateManager:
     """Loaded and changed only by the holder of the partition's write lock."""
+
+    stamps_batches = False  # the committer need not put the batch id into the batches
 
     def __init__(self, fs: LogFileSystem, dir: str):
         self.fs = fs
@@ -117,3 +129,158 @@ class ProducerStateManager:
         for chunk in log.read(offset, offset + 1):
             return bool(len(chunk.scan)) and int(chunk.scan.headers["producer_id"][0]) == writer_id
         return False
+
+
+def producer_state_for(log):
+    """The writer state of a writable log: the lock-protected state file, or, for immutable segments
+    (no append or no locks), the state the committed batches carry."""
+    if log.immutable:
+        return ObjectProducerStateManager(log)
+    return ProducerStateManager(log.fs, log.dir)
+
+
+def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_size: int, source: str) -> None:
+    """Put a commit's identity into every batch: producerId = writer id, producerEpoch 0, baseSequence =
+    batch id, and recompute the CRC. The batches are validated first, so damaged staged bytes are
+    reported, not given a fresh CRC."""
+    if not 0 <= batch_id <= MAX_BATCH_ID:
+        raise KafkaStorageError(f"{source}: batch id {batch_id} does not fit a batch's baseSequence (int32), which "
+                                f"carries it on this filesystem")
+    scan = scan_batches(buf, max_batch_size=max_batch_size)
+    if scan.end != len(buf):
+        raise CorruptRecordError("staged bytes end in a partial or oversized batch", source=source,
+                                 position=scan.end)
+    validate_batches(buf, scan, source=source, check_offsets=False)
+    fields = struct.Struct(">qhi")
+    view = memoryview(buf)
+    for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist()):  # per batch: the CRC covers these fields
+        fields.pack_into(buf, pos + PRODUCER_FIELDS_OFFSET, writer_id, 0, batch_id)
+        struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos:pos + size]))
+
+
+class ObjectProducerStateManager:
+    """Writer state where every append is an immutable segment object and nothing is locked.
+
+    A sink commit is one segment object whose batches all carry producerId = writer id,
+    producerEpoch 0 and baseSequence = batch id (stamp_commit), so a writer's last committed batch
+    is in the data from the commit point on, even if the writer dies right after it. The state
+    file is a hint, last writer wins: `writers` maps writer id -> [batch id, base offset] and is
+    complete for the segments below `asOf` (each writer merges the headers it read into the hint it
+    read). The authoritative check reads the first batch header (one 61-byte ranged GET) of each
+    segment from asOf on, newest first, until it meets the writer's commit; below asOf the hint answers.
+    """
+
+    stamps_batches = True
+
+    def __init__(self, log, headers: dict | None = None):
+        self.log = log
+        self.fs = log.fs
+        self.path = self.fs.join(log.dir, STATE_FILE)
+        self.as_of = -1  # no hint: every segment is read
+        self.hint: dict[int, tuple[int, int]] = {}
+        self.headers = {} if headers is None else headers  # base offset -> (producerId, epoch, baseSequence)
+        self._pending: dict[int, PendingCommit] = {}
+        self._written: dict | None = None
+        self._read_hint()
+
+    def _read_hint(self) -> None:
+        try:
+            raw = self.fs.read(self.path) if self.fs.exists(self.path) else None
+        except FileNotFoundError:
+            raw = None
+        if raw is None:
+            return
+        try:
+            doc = json.loads(raw)
+            if doc.get("version") != HINT_VERSION:
+                raise ValueError(f"version {doc.get('version')!r}, expected {HINT_VERSION}")
+            hint = {int(w): (int(e[0]), int(e[1])) for w, e in doc["writers"].items()}
+            as_of = int(doc["asOf"])
+        except (ValueError, KeyError, TypeError, IndexError) as e:  # only a hint: read every segment instead
+            logger.warning("ignoring writer state hint %s (%s); reading every segment's first batch header",
+                           self.fs.url(self.path), e)
+            return
+        self.hint, self.as_of = hint, as_of
+
+    def _header(self, seg) -> tuple[int, int, int]:
+        got = self.headers.get(seg.base_offset)
+        if got is None:
+            h = read_first_header(self.fs, seg.log_path)
+            got = (-1, -1, -1) if h is None else (h.producer_id, h.producer_epoch, h.base_sequence)
+            self.headers[seg.base_offset] = got
+        return got
+
+    @staticmethod
+    def _is_commit(header: tuple[int, int, int]) -> bool:
+        pid, epoch, seq = header
+        return pid >= 0 and epoch == 0 and seq >= 0
+
+    def _unsummarized(self, below: int | None = None) -> list:
+        return [s for s in self.log.segments if s.size and s.base_offset >= self.as_of
+                and (below is None or s.base_offset < below)]
+
+    def committed(self, writer_id: int) -> tuple[int, int]:
+        """(last committed batch id, base offset of its segment) of a writer; (-1, -1) if none."""
+        for seg in reversed(self._unsummarized()):
+            h = self._header(seg)
+            if h[0] == writer_id and self._is_commit(h):
+                return h[2], seg.base_offset
+        return self.hint.get(writer_id, (-1, -1))
+
+    def entry(self, writer_id: int) -> WriterEntry:
+        batch, base = self.committed(writer_id)
+        nxt = -1
+        if base >= 0:
+            later = [s.base_offset for s in self.log.segments if s.base_offset > base and s.size]
+            nxt = later[0] if later else self.log.log_end_offset
+        return WriterEntry(batch, nxt, self._pending.get(writer_id))
+
+    def save(self) -> None:
+        """Nothing to save: the batches hold the state; complete() writes the hint."""
+
+    def begin(self, writer_id: int, batch_id: int, first_offset: int, next_offset: int) -> None:
+        """Remember the commit about to be appended (nothing is written: its segment is the commit)."""
+        if not 0 <= batch_id <= MAX_BATCH_ID:
+            raise KafkaStorageError(f"batch id {batch_id} of writer {writer_id} does not fit baseSequence (int32)")
+        self._pending[writer_id] = PendingCommit(batch_id, first_offset, next_offset)
+
+    def complete(self, writer_id: int) -> None:
+        """After the commit's segment object is created: write the hint, merged with the headers of the
+        segments between the old hint and this commit. A failed write is only logged (it is a hint)."""
+        p = self._pending.pop(writer_id, None)
+        if p is None:
+            return
+        writers = dict(self.hint)
+        try:
+            for seg in self._unsummarized(below=p.first_offset):
+                h = self._header(seg)
+                if self._is_commit(h):
+                    writers[h[0]] = (h[2], seg.base_offset)
+        except (FileNotFoundError, KafkaStorageError, CorruptRecordError) as e:  # e.g. retention removed one
+            logger.warning("%s: writer state hint not updated: a segment's first batch header could not be read "
+                           "(%s); the next writer reads more headers", self.fs.url(self.path), e)
+            return  # a hint missing a segment's commit would be wrong; the old one is only stale
+        writers[writer_id] = (p.batch_id, p.first_offset)
+        self._write_hint(writers, self.log.log_end_offset)
+
+    def _write_hint(self, writers: dict, as_of: int) -> None:
+        doc = {"version": HINT_VERSION, "asOf": as_of,
+               "writers": {str(w): list(e) for w, e in sorted(writers.items())}}
+        try:
+            self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode())
+            self._written = doc
+        except (KafkaStorageError, OSError) as e:
+            logger.warning("%s: writer state hint not written (%s); the next writer reads more headers",
+                           self.fs.url(self.path), e)
+
+    def forget(self, writer_id: int) -> None:
+        """Drop a one-off writer (a batch write) from the hint this manager wrote. Another writer may
+        merge it back from its segment's header later; that costs only space."""
+        doc = self._written
+        if doc is not None and str(writer_id) in doc["writers"]:
+            writers = {int(w): tuple(e) for w, e in doc["writers"].items() if int(w) != writer_id}
+            self._write_hint(writers, doc["asOf"])
+
+    def resolve_pending(self, log) -> list[str]:
+        """Nothing is ever pending: a commit is one create-only write."""
+        return []

@@ -9,11 +9,20 @@ this writer already committed it, else mark it pending, add the staged bytes and
 (ProducerStateManager). Big staging logs are adopted (baseOffsets patched, files renamed in: no
 copy); small ones are copied into the active segment so frequent small commits do not make tiny
 segments. A replayed batch id is skipped partition by partition.
+
+On a filesystem without append or locks (object stores: immutable segments) the same two phases
+run without a lock: a task stages each partition's batches in memory and writes them as whole
+staging segment objects; the commit reads a partition's staged bytes (ranged GETs), stamps every
+batch with the batch id (ObjectProducerStateManager) and appends them as ONE segment object with a
+create-only write. A writer that loses the race for the log end reopens the log, checks again
+whether its batch is in (the winner may have been a replay of it) and retries, a bounded number of times.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -21,14 +30,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InvalidConfigError, KafkaStorageError
+from .errors import ConcurrentAppendError, CorruptRecordError, InvalidConfigError, KafkaStorageError
+from .immutable_segment import immutable_segments
 from .log import Log, StagedSegment
 from .log_config import LONG_MAX, LogConfig
 from .log_manager import LogManager
 from .log_segment import LogSegment, segment_settings
 from .partitioner import partition_for_keys
+from .producer_state import stamp_commit
 from .records.builder import build_records
-from .records.record_batch import CompressionType
+from .records.record_batch import CompressionType, scan_batches
 from .topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
 
 log = logging.getLogger(__name__)
@@ -37,6 +48,9 @@ STAGED_PREFIX = ".kafkalog-staged-"
 APPEND_CHUNK_BYTES = 64 * 1024 * 1024  # the copy path appends at most this much at a time
 STAGED_MARKER = "task"  # in each staging directory: the task index; its mtime is the attempt's age
 ADOPT_MIN_BYTES = 16 * 1024 * 1024  # a staging log this big (or half a segment) is adopted, not copied
+STAGE_OBJECT_BYTES = 32 * 1024 * 1024  # immutable staging: a partition's batches become an object at this size
+STAGE_MEMORY_BYTES = 128 * 1024 * 1024  # ... and the biggest buffer is written when a task holds this much
+CONFLICT_RETRIES = 50  # immutable commits: how often a partition commit may lose the race for the log end
 _BOUND_KEYS = ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
                "message.timestamp.difference.max.ms")
 
@@ -87,6 +101,47 @@ def staging_config(config: LogConfig) -> LogConfig:
     return LogConfig.from_dict(overrides)
 
 
+class _ObjectStaging:
+    """One partition's staging "log" where nothing can be appended: encoded batches wait in memory and
+    are written as whole staging segment objects (offsets from 0), at STAGE_OBJECT_BYTES or finish()."""
+
+    def __init__(self, fs, dir: str, tp: TopicPartition, max_batch_size: int):
+        self.fs, self.dir, self.tp = fs, dir, tp
+        self.max_batch_size = max_batch_size
+        self.segments: list[StagedSegment] = []
+        self.next_offset = 0
+        self.pending = 0  # bytes held in memory
+        self.size = 0  # bytes staged in all
+        self._chunks: list[bytes] = []
+
+    def append(self, data) -> None:
+        self._chunks.append(bytes(data))
+        self.pending += len(data)
+        self.size += len(data)
+        if self.pending >= STAGE_OBJECT_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._chunks:
+            return
+        buf = bytearray(b"".join(self._chunks))
+        self._chunks, self.pending = [], 0
+        scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+        if scan.end != len(buf) or not len(scan):
+            raise CorruptRecordError("encoded batches do not parse", source=self.fs.url(self.dir), position=scan.end)
+        counts = scan.headers["last_offset_delta"].astype(np.int64) + 1
+        bases = self.next_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
+        arr = np.frombuffer(buf, np.uint8)
+        cols = np.arange(8, dtype=np.int64)
+        arr[(scan.positions[:, None] + cols[None, :]).ravel()] = bases.astype(">i8").view(np.uint8)
+        path = self.fs.join(self.dir, segment_file_name(self.next_offset, LOG_FILE_SUFFIX))
+        self.fs.write_atomic(path, buf, durable=False)
+        nxt = int(bases[-1] + counts[-1])
+        self.segments.append(StagedSegment(self.dir, self.next_offset, nxt, len(buf), scan.positions.copy(), bases,
+                                           int(scan.headers["max_timestamp"].astype(np.int64).max())))
+        self.next_offset = nxt
+
+
 class RecordStager:
     """Routes, encodes and stages one task's rows. Columns: value, and optionally key, timestamp,
     headers, topic, partition (as Spark's Kafka sink takes them)."""
@@ -104,7 +159,8 @@ class RecordStager:
         self.max_batch_bytes = max_batch_bytes
         self.name = staged_name(writer_id)
         self._dirs: set[str] = set()  # this task's staging directory in each log dir it wrote to
-        self._logs: dict[TopicPartition, tuple[Log, int]] = {}  # staging log, rows staged
+        self._logs: dict[TopicPartition, tuple[Log | _ObjectStaging, int]] = {}  # staging log, rows staged
+        self._immutable = immutable_segments(lm.fs)  # stage in memory, write whole objects
         self._partitions: dict[str, int] = {}
         self._max_bytes: dict[str, int] = {}
         self._configs: dict[str, LogConfig] = {}
@@ -181,15 +237,22 @@ class RecordStager:
             config = staging_config(self._configs[topic])
             d = fs.join(task_dir, partition_dir_name(tp))
             fs.mkdirs(d)
-            seg = LogSegment.create(fs, d, 0, **segment_settings(config))
-            seg.appended = []
-            staging = Log(fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0,
-                          writable=True)
-            staging.track_batches = True
+            if self._immutable:
+                staging = _ObjectStaging(fs, d, tp, config.max_message_bytes)
+            else:
+                seg = LogSegment.create(fs, d, 0, **segment_settings(config))
+                seg.appended = []
+                staging = Log(fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0,
+                              writable=True)
+                staging.track_batches = True
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
         staging.append(data)
         self._logs[tp] = (staging, rows + records)
+        if self._immutable:  # bound the task's memory: write out the biggest buffer when it holds too much
+            held = [(st.pending, key) for key, (st, _) in self._logs.items()]
+            if sum(n for n, _ in held) >= STAGE_MEMORY_BYTES:
+                self._logs[max(held)[1]][0].flush()
 
     def _adoptable(self, staging: Log) -> bool:
         config = self._configs[staging.tp.topic]
@@ -204,6 +267,10 @@ class RecordStager:
         parts = []
         for tp in sorted(self._logs):
             staging, rows = self._logs[tp]
+            if isinstance(staging, _ObjectStaging):
+                staging.flush()
+                parts.append(StagedPartition(tp.topic, tp.partition, tuple(staging.segments), rows, False))
+                continue
             adopt = self._adoptable(staging)
             segments = []
             for i, seg in enumerate(staging.segments):
@@ -222,6 +289,8 @@ class RecordStager:
 
     def abort(self) -> None:
         for staging, _ in self._logs.values():
+            if isinstance(staging, _ObjectStaging):
+                continue
             for seg in staging.segments:
                 seg.close(fsync=False)
         self._logs.clear()
@@ -237,20 +306,27 @@ class CommitResult:
 
 
 def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[StagedFile], *,
-                  ephemeral: bool = False, lock_timeout: float | None = 600.0) -> CommitResult:
+                  ephemeral: bool = False, lock_timeout: float | None = 600.0,
+                  conflict_retries: int = CONFLICT_RETRIES) -> CommitResult:
     """Append every staged partition log, exactly once per (writer, batch, partition); then drop the files.
 
     Partitions are committed one at a time, each under its write lock; a crash between two leaves
     some committed and the replay skips exactly those. Every staged file is checked (present, of the
     size its message says) before a partition's commit begins, so a lost file fails the commit
-    before anything is appended.
+    before anything is appended. Without append or locks (immutable segments) each partition's
+    commit is one create-only segment object instead (see _commit_immutable).
     """
     result = CommitResult()
     by_tp: dict[TopicPartition, list[StagedPartition]] = {}
     for f in sorted(staged, key=lambda f: (f.order, f.name)):
         for p in f.partitions:
             by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
+    immutable = immutable_segments(lm.fs)
     for tp in sorted(by_tp):
+        if immutable:
+            _commit_immutable(lm, tp, by_tp[tp], writer_id, batch_id, result, ephemeral=ephemeral,
+                              lock_timeout=lock_timeout, retries=conflict_retries)
+            continue
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
             if state.entry(writer_id).committed_batch_id >= batch_id:
@@ -275,6 +351,60 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
             result.records += sum(p.records for p in pieces)
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
+
+
+def _commit_immutable(lm: LogManager, tp: TopicPartition, pieces: list[StagedPartition], writer_id: int,
+                      batch_id: int, result: CommitResult, *, ephemeral: bool, lock_timeout: float | None,
+                      retries: int) -> None:
+    """One partition's commit on immutable segments: check, stamp, append as one object; on a lost race
+    reopen, check again (the winner may have been a replay of this very batch) and retry."""
+    data = None
+    headers: dict = {}  # first batch headers by base offset, kept across attempts (segments are immutable)
+    lost = None
+    for attempt in range(max(1, retries)):
+        if lost is not None:  # back off a little, more after each loss
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+        for d in lm.log_dirs:  # one LIST each answers open_log's existence checks from the listing cache
+            lm.fs.listdir(d)
+        with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+            state = plog.producer_state
+            state.headers = headers
+            if state.entry(writer_id).committed_batch_id >= batch_id:
+                result.skipped.append(tp)
+                log.info("%s: batch %d of writer %d is already in the log; skipped", tp, batch_id, writer_id)
+                return
+            if data is None:  # one buffer: the partition's commit must be one object to be atomic
+                data = _read_stamped(lm, tp, pieces, writer_id, batch_id, plog.max_batch_size)
+            first = plog.log_end_offset
+            state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces))
+            try:
+                plog.append(data)  # patched in place (offsets, LogAppendTime); every attempt redoes all of it
+            except ConcurrentAppendError as e:
+                log.info("%s: batch %d of writer %d lost offset %d to another writer (attempt %d); retrying",
+                         tp, batch_id, writer_id, first, attempt + 1)
+                lost = e
+                continue
+            state.complete(writer_id)
+            if ephemeral:
+                state.forget(writer_id)
+            result.appended[tp] = (first, plog.log_end_offset - 1)
+            result.records += sum(p.records for p in pieces)
+            return
+    raise ConcurrentAppendError(f"{tp.topic}-{tp.partition}: batch {batch_id} of writer {writer_id} lost the race for "
+                                f"the log end to other writers {max(1, retries)} times (last at offset {lost.offset}); "
+                                f"nothing of it was appended", topic=tp.topic, partition=tp.partition,
+                                offset=lost.offset)
+
+
+def _read_stamped(lm: LogManager, tp: TopicPartition, pieces: list[StagedPartition], writer_id: int, batch_id: int,
+                  max_batch_size: int) -> bytearray:
+    data = bytearray()
+    for piece in pieces:
+        for chunk in read_staged(lm, piece):
+            data += chunk
+    stamp_commit(data, writer_id, batch_id, max_batch_size=max_batch_size,
+                 source=f"staged batches of {tp.topic}-{tp.partition}")
+    return data
 
 
 def _same_log_dir(lm: LogManager, piece: StagedPartition, partition_dir: str) -> bool:
@@ -319,9 +449,8 @@ def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = Non
     prefix = f"{STAGED_PREFIX}{writer_id}-"
     fs = lm.fs
     found: list[tuple[str, str, bool]] = []  # (log dir, name, is_dir)
-    for log_dir in lm.log_dirs:
-        if fs.exists(log_dir):
-            found += [(log_dir, f.name, f.is_dir) for f in fs.listdir(log_dir) if f.name.startswith(prefix)]
+    for log_dir in lm.log_dirs:  # (a missing log dir lists as empty)
+        found += [(log_dir, f.name, f.is_dir) for f in fs.listdir(log_dir) if f.name.startswith(prefix)]
 
     def age(log_dir: str, name: str, is_dir: bool) -> int:
         path = fs.join(log_dir, name)
@@ -332,9 +461,9 @@ def cleanup_staged(lm: LogManager, writer_id: int, names: list[str] | None = Non
         doomed = found
     else:
         named = [f for f in found if f[1] in set(names)]
-        oldest = min((age(*f) for f in named), default=None)
-        doomed = named + ([f for f in found if f[1] not in set(names) and age(*f) <= oldest]
-                          if oldest is not None else [])
+        others = [f for f in found if f[1] not in set(names)]
+        oldest = min((age(*f) for f in named), default=None) if others else None  # ages cost a request each
+        doomed = named + ([f for f in others if age(*f) <= oldest] if oldest is not None else [])
     for log_dir, name, is_dir in doomed:
         path = fs.join(log_dir, name)
         if is_dir:
