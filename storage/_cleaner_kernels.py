@@ -1,0 +1,434 @@
+"""Numba kernels of the log cleaner: key hashing, the offset map's table, and the two record passes.
+
+Hashing: MurmurHash3 x64/128 of the key bytes, written here because no installed library hashes
+many variable-length keys in one vectorized call (pyarrow exposes no hash kernel; hashlib is per key).
+
+Table (SkimpyOffsetMap): 2**k slots of a uint64 tag and a uint32 offset (relative to the map's base
+offset), 12 bytes a slot, Robin Hood linear probing. A key's 72-bit identity Q is h1 followed by
+the top 8 bits of h2: the top k bits of Q pick the home slot, the next bits are stored in the tag
+(`rem << 8 | probe distance + 1`; 0 = empty). Because the home slot holds part of the identity,
+doubling the table moves one stored bit into the home index and no key is needed to rehash.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from .records._record_kernels import (
+    E_KEY_LENGTH, E_OFFSET_DELTA, E_RECORD_LENGTH, E_RECORD_SIZE, E_TRAILING, E_TRUNCATED, E_VALUE_LENGTH,
+    E_VARINT, MIN_RECORD_BYTES, copy_bytes, read_varint, varint_size, write_varint,
+)
+
+_U = np.uint64
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+_F1 = np.uint64(0xFF51AFD7ED558CCD)
+_F2 = np.uint64(0xC4CEB9FE1A85EC53)
+_N1 = np.uint64(0x52DCE729)
+_N2 = np.uint64(0x38495AB5)
+_FIVE = np.uint64(5)
+_FF = np.uint64(0xFF)
+_ONE = np.uint64(1)
+MAX_DISTANCE = 254  # probe distances are stored + 1 in a byte
+MIN_BITS = 8  # smallest table: 256 slots
+GROW_MIN_BITS = 16  # tables of at least 2**16 slots store every identity bit below the home bits
+MAX_BITS = 32
+
+NEED_ROOM = -1  # status: the batch did not fit (load limit or probe distance); grow or stop before it
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rotl(x, r):
+    return (x << _U(r)) | (x >> _U(64 - r))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fmix(k):
+    k ^= k >> _U(33)
+    k *= _F1
+    k ^= k >> _U(33)
+    k *= _F2
+    k ^= k >> _U(33)
+    return k
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _u64le(d, p):
+    v = _U(0)
+    for i in range(8):
+        v |= _U(d[p + i]) << _U(8 * i)
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def murmur3_128(d, start, n):  # pragma: no cover - jitted
+    """MurmurHash3_x64_128 of d[start:start+n], seed 0: (h1, h2) as uint64."""
+    h1 = _U(0)
+    h2 = _U(0)
+    nblocks = n // 16
+    for i in range(nblocks):
+        p = start + i * 16
+        k1 = _u64le(d, p)
+        k2 = _u64le(d, p + 8)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * _FIVE + _N1
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * _FIVE + _N2
+    t = start + nblocks * 16
+    rem = n & 15
+    if rem > 8:
+        k2 = _U(0)
+        for i in range(8, rem):
+            k2 ^= _U(d[t + i]) << _U(8 * (i - 8))
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+    if rem > 0:
+        k1 = _U(0)
+        for i in range(min(rem, 8)):
+            k1 ^= _U(d[t + i]) << _U(8 * i)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+    h1 ^= _U(n)
+    h2 ^= _U(n)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _split(h1, h2, k):
+    """(home slot, stored remainder) of a key in a table of 2**k slots (8 <= k <= 32)."""
+    t8 = h2 >> _U(56)
+    home = h1 >> _U(64 - k)
+    low = h1 & ((_ONE << _U(64 - k)) - _ONE)
+    kk = min(k, 16)
+    rem = (low << _U(kk - 8)) | (t8 >> _U(16 - kk))
+    return home, rem
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(tags, offs, mask, home, rem, off):
+    """Insert or raise a key's offset. 1: new key, 0: updated, NEED_ROOM: probe limit (table unchanged)."""
+    pos = home
+    d = 0
+    while True:
+        t = tags[pos]
+        if t == 0:
+            tags[pos] = (rem << _U(8)) | _U(d + 1)
+            offs[pos] = off
+            return 1
+        td = np.int64(t & _FF) - 1
+        if td == d and (t >> _U(8)) == rem:
+            if off > offs[pos]:
+                offs[pos] = off
+            return 0
+        if td < d:
+            break
+        d += 1
+        if d > MAX_DISTANCE:
+            return NEED_ROOM
+        pos = (pos + _ONE) & mask
+    # Robin Hood: the key goes at pos; the run up to the next empty slot moves one slot on
+    q = pos
+    while tags[q] != 0:
+        if np.int64(tags[q] & _FF) - 1 >= MAX_DISTANCE:
+            return NEED_ROOM
+        q = (q + _ONE) & mask
+    while q != pos:
+        prev = (q - _ONE) & mask
+        tags[q] = tags[prev] + _ONE
+        offs[q] = offs[prev]
+        q = prev
+    tags[pos] = (rem << _U(8)) | _U(d + 1)
+    offs[pos] = off
+    return 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _lookup(tags, offs, mask, home, rem):
+    """The stored relative offset of a key, or -1."""
+    pos = home
+    d = 0
+    while True:
+        t = tags[pos]
+        if t == 0:
+            return np.int64(-1)
+        td = np.int64(t & _FF) - 1
+        if td < d:
+            return np.int64(-1)
+        if td == d and (t >> _U(8)) == rem:
+            return np.int64(offs[pos])
+        d += 1
+        if d > MAX_DISTANCE:
+            return np.int64(-1)
+        pos = (pos + _ONE) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def rehash(tags, offs, k, new_tags, new_offs):  # pragma: no cover - jitted
+    """Move every entry of a 2**k table (k >= 16) into an empty 2**(k+1) table. Returns False on overflow."""
+    mask = _U((1 << k) - 1)
+    new_mask = _U((1 << (k + 1)) - 1)
+    r = 72 - k  # stored remainder bits at this size
+    top = _U(r - 1)
+    for pos in range(tags.shape[0]):
+        t = tags[pos]
+        if t == 0:
+            continue
+        dist = _U(np.int64(t & _FF) - 1)
+        rem = t >> _U(8)
+        home = (_U(pos) - dist) & mask
+        new_home = (home << _ONE) | (rem >> top)
+        new_rem = rem & ((_ONE << top) - _ONE)
+        if _insert(new_tags, new_offs, new_mask, new_home, new_rem, offs[pos]) < 0:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def put_keys(data, starts, lengths, offsets, base, tags, offs, k, size, max_size):  # pragma: no cover
+    """Insert keys data[starts[i]:starts[i]+lengths[i]] -> offsets[i] (null keys: length -1, skipped).
+    Returns (keys done, new size, status); stops before the key that would pass max_size."""
+    mask = _U((1 << k) - 1)
+    for i in range(starts.shape[0]):
+        if lengths[i] < 0:
+            continue
+        if size >= max_size:
+            return i, size, NEED_ROOM
+        h1, h2 = murmur3_128(data, starts[i], lengths[i])
+        home, rem = _split(h1, h2, k)
+        st = _insert(tags, offs, mask, home, rem, _U(offsets[i] - base))
+        if st < 0:
+            return i, size, NEED_ROOM
+        size += st
+    return starts.shape[0], size, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def get_keys(data, starts, lengths, base, tags, offs, k):  # pragma: no cover - jitted
+    """Offsets stored for keys (-1: absent or null key)."""
+    mask = _U((1 << k) - 1)
+    out = np.full(starts.shape[0], -1, np.int64)
+    for i in range(starts.shape[0]):
+        if lengths[i] < 0:
+            continue
+        h1, h2 = murmur3_128(data, starts[i], lengths[i])
+        home, rem = _split(h1, h2, k)
+        found = _lookup(tags, offs, mask, home, rem)
+        if found >= 0:
+            out[i] = base + found
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _frame(src, p, end, last_delta, prev_delta):
+    """One record at p: (err, begin, attributes pos, timestampDelta, offsetDelta pos, offsetDelta,
+    key start, key length, value length, end). Header bytes are not walked: they are copied whole."""
+    begin = p
+    length, p = read_varint(src, p, end, 5)
+    if p < 0:
+        return (E_TRUNCATED if p == -1 else E_VARINT), begin, 0, 0, 0, 0, 0, 0, 0, 0
+    if length < MIN_RECORD_BYTES - 1:
+        return E_RECORD_LENGTH, begin, 0, 0, 0, 0, 0, 0, 0, 0
+    if length > end - p:
+        return E_TRUNCATED, begin, 0, 0, 0, 0, 0, 0, 0, 0
+    rend = p + length
+    attr = p
+    p += 1
+    tsd, p = read_varint(src, p, rend, 10)
+    if p < 0:
+        return (E_RECORD_SIZE if p == -1 else E_VARINT), begin, 0, 0, 0, 0, 0, 0, 0, 0
+    od_pos = p
+    od, p = read_varint(src, p, rend, 5)
+    if p < 0:
+        return (E_RECORD_SIZE if p == -1 else E_VARINT), begin, 0, 0, 0, 0, 0, 0, 0, 0
+    if od <= prev_delta or od > last_delta:
+        return E_OFFSET_DELTA, begin, 0, 0, 0, 0, 0, 0, 0, 0
+    kl, p = read_varint(src, p, rend, 5)
+    if p < 0:
+        return (E_RECORD_SIZE if p == -1 else E_VARINT), begin, 0, 0, 0, 0, 0, 0, 0, 0
+    if kl < -1 or kl > rend - p:
+        return E_KEY_LENGTH, begin, 0, 0, 0, 0, 0, 0, 0, 0
+    ks = p
+    if kl > 0:
+        p += kl
+    vl, p = read_varint(src, p, rend, 5)
+    if p < 0:
+        return (E_RECORD_SIZE if p == -1 else E_VARINT), begin, 0, 0, 0, 0, 0, 0, 0, 0
+    if vl < -1 or vl > rend - p:
+        return E_VALUE_LENGTH, begin, 0, 0, 0, 0, 0, 0, 0, 0
+    return 0, begin, attr, tsd, od_pos, od, ks, kl, vl, rend
+
+
+@numba.njit(cache=True, nogil=True)
+def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset, base,
+                tags, offs, k, size, max_size):  # pragma: no cover - jitted
+    """Pass 1: put every keyed record with offset >= min_offset of the mappable batches into the table.
+
+    Returns (batches done, size, records read, err, err_pos, err_batch). err NEED_ROOM: batch
+    `batches done` may not fit (its records already put are harmless: they stay newer than any
+    record the cleaner will then drop); other errors are record framing errors.
+    """
+    mask = _U((1 << k) - 1)
+    reads = 0
+    for b in range(area_start.shape[0]):
+        if not mappable[b]:
+            continue
+        if size + counts[b] > max_size:
+            return b, size, reads, NEED_ROOM, 0, b
+        p = area_start[b]
+        end = area_end[b]
+        prev = -1
+        for _ in range(counts[b]):
+            err, begin, attr, tsd, od_pos, od, ks, kl, vl, rend = _frame(src, p, end, last_deltas[b], prev)
+            if err:
+                return b, size, reads, err, begin, b
+            prev = od
+            p = rend
+            offset = base_offsets[b] + od
+            if kl >= 0 and offset >= min_offset:
+                h1, h2 = murmur3_128(src, ks, kl)
+                home, rem = _split(h1, h2, k)
+                st = _insert(tags, offs, mask, home, rem, _U(offset - base))
+                if st < 0:
+                    return b, size, reads, NEED_ROOM, 0, b
+                size += st
+            reads += 1
+        if p != end:
+            return b, size, reads, E_TRAILING, p, b
+    return area_start.shape[0], size, reads, 0, 0, 0
+
+
+# batch outcomes of filter_batches
+DROP = 0
+VERBATIM = 1
+REWRITE = 2  # kept records re-framed, same baseTimestamp
+REWRITE_STAMPED = 3  # kept records re-framed against a new delete horizon (KIP-534)
+
+
+@numba.njit(cache=True, nogil=True)
+def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, has_horizon, horizon,
+                   may_stamp, tags, offs, k, map_base, map_end, now, new_horizon, out):  # pragma: no cover - jitted
+    """Pass 2: decide every record and write the records of rewritten batches into `out`.
+
+    A record at offset >= map_end is kept (the map does not cover it). Below it: a keyless record is
+    kept; a keyed one is kept if no newer offset is mapped for its key, and a tombstone only while
+    its batch's delete horizon (if set) is in the future. A batch keeping all records and needing no
+    horizon is VERBATIM; one keeping none is DROP; else REWRITE, its kept records re-framed against
+    the new baseTimestamp (REWRITE_STAMPED: the horizon `new_horizon`, when it keeps a tombstone, has
+    no horizon yet and may_stamp[b]).
+    Returns (status, out_start, out_end, kept, max_ts, new_base_ts, stats[4], err, err_pos, err_batch);
+    stats: records dropped, tombstones dropped, keyless kept, out bytes.
+    """
+    nb = area_start.shape[0]
+    mask = _U((1 << k) - 1)
+    status = np.zeros(nb, np.int8)
+    o_start = np.zeros(nb, np.int64)
+    o_end = np.zeros(nb, np.int64)
+    kept = np.zeros(nb, np.int64)
+    max_ts = np.full(nb, -1, np.int64)
+    new_base = base_ts.copy()
+    stats = np.zeros(4, np.int64)
+    most = 0
+    for b in range(nb):
+        most = max(most, counts[b])
+    r_begin = np.empty(most, np.int64)
+    r_attr = np.empty(most, np.int64)
+    r_od = np.empty(most, np.int64)
+    r_end = np.empty(most, np.int64)
+    r_ts = np.empty(most, np.int64)
+    q = 0
+    for b in range(nb):
+        p = area_start[b]
+        end = area_end[b]
+        prev = -1
+        nk = 0
+        tombs = 0
+        mts = np.int64(-1)
+        for _ in range(counts[b]):
+            err, begin, attr, tsd, od_pos, od, ks, kl, vl, rend = _frame(src, p, end, last_deltas[b], prev)
+            if err:
+                return status, o_start, o_end, kept, max_ts, new_base, stats, err, begin, b
+            prev = od
+            p = rend
+            offset = base_offsets[b] + od
+            keep = True
+            if offset < map_end:
+                if kl < 0:
+                    stats[2] += 1
+                else:
+                    h1, h2 = murmur3_128(src, ks, kl)
+                    home, rem = _split(h1, h2, k)
+                    found = _lookup(tags, offs, mask, home, rem)
+                    if found >= 0 and offset < map_base + found:
+                        keep = False
+                    elif vl < 0 and has_horizon[b] and now >= horizon[b]:
+                        keep = False
+                        stats[1] += 1
+            if not keep:
+                stats[0] += 1
+                continue
+            if vl < 0 and kl >= 0:
+                tombs += 1
+            ts = base_ts[b] + tsd
+            if ts > mts:
+                mts = ts
+            r_begin[nk] = begin
+            r_attr[nk] = attr
+            r_od[nk] = od_pos
+            r_end[nk] = rend
+            r_ts[nk] = ts
+            nk += 1
+        if p != end:
+            return status, o_start, o_end, kept, max_ts, new_base, stats, E_TRAILING, p, b
+        kept[b] = nk
+        max_ts[b] = mts
+        stamp = tombs > 0 and not has_horizon[b] and may_stamp[b]
+        if nk == 0:
+            status[b] = DROP
+            continue
+        if nk == counts[b] and not stamp:
+            status[b] = VERBATIM
+            continue
+        status[b] = REWRITE_STAMPED if stamp else REWRITE
+        nbt = new_horizon if stamp else base_ts[b]
+        new_base[b] = nbt
+        o_start[b] = q
+        for j in range(nk):
+            if nbt == base_ts[b]:  # same base timestamp: the record's bytes are unchanged
+                n = r_end[j] - r_begin[j]
+                copy_bytes(out, q, src, r_begin[j], n)
+                q += n
+            else:
+                delta = r_ts[j] - nbt
+                tail = r_end[j] - r_od[j]
+                q = write_varint(out, q, 1 + varint_size(delta) + tail)
+                out[q] = src[r_attr[j]]
+                q = write_varint(out, q + 1, delta)
+                copy_bytes(out, q, src, r_od[j], tail)
+                q += tail
+        o_end[b] = q
+    stats[3] = q
+    return status, o_start, o_end, kept, max_ts, new_base, stats, 0, 0, 0
+
+
+MAX_REFRAME_GROWTH = 14  # bytes a re-framed record may grow: timestampDelta (<= 9) and length varint (<= 4)

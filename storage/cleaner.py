@@ -1,0 +1,445 @@
+"""Cleaner: compact one log by key, as Kafka's LogCleaner does (cleanup.policy=compact).
+
+Pass 1 maps key -> latest offset over the dirty range [first dirty, first uncleanable) into a
+SkimpyOffsetMap; if the keys do not all fit, only the prefix of batches that fit is mapped and the
+rest stays dirty. Pass 2 rewrites every segment from the log's first up to the mapped end, in groups
+of adjacent segments that fit segment.bytes and the index limits, keeping a record iff no newer
+offset is mapped for its key. Tombstones keep a delete horizon (KIP-534): the first cleaning that
+keeps one stamps its batch (attributes bit 6, baseTimestamp = now + delete.retention.ms); a later
+cleaning past the horizon drops it. Records without a key are kept (Kafka rejects them on compacted
+topics at produce time and its cleaner discards them; this engine accepts them, so it keeps them).
+
+A kept batch keeps its baseOffset, lastOffsetDelta, producer fields and codec; records are filtered
+at byte level (their offsetDelta stays valid) and recompressed with compression.py. Each group's
+output is written as `<base>.log.cleaned` and swapped in under the partition lock (Log.replace_segments)
+after checking that the segments it replaces are unchanged. Transaction markers (control batches)
+are copied as they are and transactional records never enter the map, so they are only dropped when
+a newer non-transactional record of their key exists; aborted transactions are not removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _cleaner_kernels as K
+from .cleaner_batches import empty_batch, framing_error, record_areas, rewritten_batches
+from .errors import InvalidConfigError, KafkaStorageError
+from .index_planner import plan_index_entries
+from .log import Log
+from .log_loader import LOCK_FILE
+from .log_segment import INT32_MAX, LogSegment
+from .offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, SkimpyOffsetMap
+from .records import record_batch as rb
+from .records.record_batch import as_uint8, scan_batches, validate_batches
+from .throttler import UNLIMITED, Throttler
+from .topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
+
+logger = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """The broker-level log.cleaner.* settings the cleaner uses."""
+
+    dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE  # log.cleaner.dedupe.buffer.size
+    io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR  # log.cleaner.io.buffer.load.factor
+    io_max_bytes_per_second: float = UNLIMITED  # log.cleaner.io.max.bytes.per.second
+    lock_timeout_ms: int = 30_000  # wait for the partition lock at swap time, then give up (retried next run)
+
+    KAFKA_NAMES = {"log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
+                   "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
+                   "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second"}
+
+    def __post_init__(self):
+        if not 0 < self.io_buffer_load_factor <= 1:
+            raise InvalidConfigError(
+                f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {self.io_buffer_load_factor}")
+        if not self.io_max_bytes_per_second > 0:
+            raise InvalidConfigError(
+                f"log.cleaner.io.max.bytes.per.second must be positive, got {self.io_max_bytes_per_second}")
+        if self.lock_timeout_ms < 0:
+            raise InvalidConfigError(f"lock timeout must be >= 0 ms, got {self.lock_timeout_ms}")
+        SkimpyOffsetMap.check_memory(self.dedupe_buffer_size)
+
+    @classmethod
+    def from_dict(cls, settings: dict) -> "CleanerConfig":
+        """From Kafka names (log.cleaner.dedupe.buffer.size, ...); values may be strings."""
+        kwargs = {}
+        for name, value in settings.items():
+            if name not in cls.KAFKA_NAMES:
+                raise InvalidConfigError(f"unknown cleaner setting {name!r}; known: {', '.join(cls.KAFKA_NAMES)}")
+            attr = cls.KAFKA_NAMES[name]
+            try:
+                kwargs[attr] = int(value) if attr == "dedupe_buffer_size" else float(value)
+            except (TypeError, ValueError):
+                raise InvalidConfigError(f"{name}: {value!r} is not a number") from None
+        return cls(**kwargs)
+
+
+@dataclass
+class CleanResult:
+    """What one cleaning of one partition did (error set, and nothing else trusted, if it failed)."""
+
+    topic: str
+    partition: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    end_offset: int = -1  # the next first dirty offset (cleaner-offset-checkpoint), -1 if not cleaned
+    segments_before: int = 0
+    segments_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    keys: int = 0  # distinct keys in the offset map
+    records_read: int = 0  # by pass 2
+    records_dropped: int = 0
+    tombstones_dropped: int = 0
+    keyless_kept: int = 0
+    bytes_read: int = 0  # by both passes
+    bytes_written: int = 0
+    map_bytes: int = 0
+    map_peak_bytes: int = 0
+    map_full: bool = False  # the dirty range had more keys than fit: only a prefix was cleaned
+    groups: list = field(default_factory=list)  # (new base offset, replaced base offsets) per swap
+    duration_s: float = 0.0
+    error: str | None = None
+    exception: BaseException | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class CleaningAbortedError(KafkaStorageError):
+    """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
+
+
+@dataclass
+class _SourceStats:
+    seg: LogSegment
+    emitted: int = 0  # batches written to the output
+    verbatim: bool = True  # every batch kept unchanged
+    last_header: np.ndarray | None = None  # the source's last batch header (HEADER_DTYPE, 1 row)
+    records_read: int = 0
+    records_dropped: int = 0
+    tombstones_dropped: int = 0
+    keyless_kept: int = 0
+    bytes_written: int = 0
+
+
+def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
+                           first_uncleanable_offset: int) -> list[list[LogSegment]]:
+    """Kafka's groupSegmentsBySize: runs of adjacent segments whose total log, offset index and time
+    index bytes fit the limits and whose offsets fit an int32 relative to the run's base offset."""
+    groups = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        size = segments[i].size
+        idx = segments[i].offset_index.entries * segments[i].offset_index.entry_size
+        tidx = segments[i].time_index.entries * segments[i].time_index.entry_size
+        i += 1
+        while i < len(segments):
+            s = segments[i]
+            last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
+            s_idx = s.offset_index.entries * s.offset_index.entry_size
+            s_tidx = s.time_index.entries * s.time_index.entry_size
+            if not (size + s.size <= max_size and idx + s_idx <= max_index_size and tidx + s_tidx <= max_index_size
+                    and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)):
+                break
+            group.append(s)
+            size, idx, tidx = size + s.size, idx + s_idx, tidx + s_tidx
+            i += 1
+        groups.append(group)
+    return groups
+
+
+@dataclass
+class _Round:
+    """One cleaning of one log: what both passes and the swaps share."""
+
+    log: Log
+    omap: SkimpyOffsetMap
+    end: int  # records at or past it are kept: the map does not cover them
+    now: int
+    horizon: int  # delete horizon stamped on batches that keep a tombstone and have none
+    res: CleanResult
+    mtimes: dict  # id(segment) -> .log mtime when the cleaning began
+
+
+class Cleaner:
+    """Cleans one log at a time (LogCleanerManager picks which, and keeps the checkpoint)."""
+
+    def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None):
+        self.config = config or CleanerConfig()
+        self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
+
+    def clean(self, log: Log, first_dirty_offset: int, first_uncleanable_offset: int, *,
+              now_ms: int | None = None) -> CleanResult:
+        """Compact [log start, mapped end) of `log` (a reader's Log is fine: the partition lock is taken
+        around each swap; a writable Log already holds it). Raises on failure; earlier groups may have
+        been swapped in by then, which leaves a valid log."""
+        t0 = time.monotonic()
+        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        res = CleanResult(log.tp.topic, log.tp.partition, first_dirty_offset, first_uncleanable_offset,
+                          segments_before=len(log.segments), bytes_before=log.size)
+        self._check_no_swap(log)
+        candidates = [s for s in log.segments if s.base_offset < first_uncleanable_offset
+                      and s is not log.active_segment]
+        mtimes = {id(s): log.fs.modified_ms(s.log_path) for s in candidates}
+        omap = SkimpyOffsetMap(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor,
+                               base_offset=first_dirty_offset)
+        end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
+        res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
+        rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
+        sources = [s for s in candidates if s.base_offset < end]
+        for group in group_segments_by_size(sources, log.config.segment_bytes, log.config.segment_index_bytes,
+                                            first_uncleanable_offset):
+            self._clean_group(rnd, group)
+        res.end_offset = end
+        res.segments_after, res.bytes_after = len(log.segments), log.size
+        res.duration_s = time.monotonic() - t0
+        return res
+
+    # ------------------------------------------------------------------ pass 1
+    def _build_offset_map(self, log: Log, omap: SkimpyOffsetMap, start: int, end: int, res: CleanResult):
+        """Map the dirty range; returns (end of the mapped range, whether the map filled up first)."""
+        limit = start + MAX_RELATIVE_OFFSET
+        for seg in log.segments_in_range(start, end):
+            if seg is log.active_segment:
+                break
+            try:
+                full = self._map_segment(log, seg, omap, start, end, limit, res)
+            finally:
+                seg.release_readers()  # a log of many segments must not hold them all open
+            if full:
+                return omap.latest_offset + 1, True
+        return end, False
+
+    def _map_segment(self, log, seg, omap, start, end, limit, res) -> bool:
+        found = seg.translate_offset(start) if seg.base_offset < start else (None, 0)
+        if found is None:
+            return False
+        for chunk in seg.iter_chunks(found[1]):
+            self._validate(chunk, res)
+            scan = chunk.scan
+            bases = scan.headers["base_offset"].astype(np.int64)
+            lasts = scan.last_offsets
+            idx = np.flatnonzero((lasts >= start) & (bases < end))
+            fits = idx[lasts[idx] < limit]
+            if fits.size:
+                attrs = scan.headers["attributes"][fits].astype(np.int64)
+                mappable = (attrs & (rb.CONTROL_FLAG_MASK | rb.TRANSACTIONAL_FLAG_MASK)) == 0
+                src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
+                done, _, err, _, eb = omap.put_batches(
+                    src, a0, a1, scan.headers["record_count"][fits].astype(np.int64),
+                    scan.headers["last_offset_delta"][fits].astype(np.int64), bases[fits], mappable, start)
+                if done:
+                    omap.update_latest_offset(int(lasts[fits[done - 1]]))
+                if err and err != K.NEED_ROOM:
+                    raise framing_error(chunk, int(fits[eb]), err)
+                if err:
+                    fits = fits[:done]
+            if fits.size < idx.size:  # out of room (keys) or of offsets relative to the map's base
+                if omap.latest_offset < start:
+                    raise KafkaStorageError(
+                        f"{log.tp}: log.cleaner.dedupe.buffer.size ({self.config.dedupe_buffer_size} bytes, "
+                        f"{omap.capacity} keys) cannot hold the keys of the batch at offset "
+                        f"{int(bases[idx[fits.size]])}; raise it to clean this log")
+                return True
+            if len(bases) and bases[-1] >= end:
+                break
+        return False
+
+    # ------------------------------------------------------------------ pass 2
+    def _clean_group(self, rnd: _Round, group: list[LogSegment]) -> None:
+        """Clean a group into one output segment; if the output would pass a limit (re-framed records
+        can grow), cut it before the source that overflows and start another output there."""
+        out, members = None, []
+        try:
+            for seg in group:
+                if out is None:
+                    out, members = self._new_output(rnd.log, seg.base_offset), []
+                st = self._clean_source(rnd, seg, out, may_overflow=not members)
+                if st is None:
+                    out.truncate_to(seg.base_offset)
+                    self._finish(rnd, out, members)
+                    out, members = self._new_output(rnd.log, seg.base_offset), []
+                    st = self._clean_source(rnd, seg, out, may_overflow=True)
+                members.append(st)
+            if out is not None:
+                self._finish(rnd, out, members)
+        except BaseException:
+            if out is not None and out.file_suffix == CLEANED_FILE_SUFFIX:
+                with contextlib.suppress(Exception):
+                    out.delete()  # (a writer's open would remove it too)
+            raise
+
+    def _new_output(self, log: Log, base: int) -> LogSegment:
+        return LogSegment.create(log.fs, log.dir, base, file_suffix=CLEANED_FILE_SUFFIX, **log.segment_kwargs())
+
+    def _clean_source(self, rnd: _Round, seg: LogSegment, out: LogSegment, *, may_overflow) -> _SourceStats | None:
+        """Filter one source segment into `out`; None (nothing counted) if it would overflow `out`."""
+        st = _SourceStats(seg)
+        self._check_unchanged(rnd.log, seg, rnd.mtimes)
+        try:
+            for chunk in seg.iter_chunks(0):
+                self._validate(chunk, rnd.res)
+                st.last_header = chunk.scan.headers[-1:].copy()
+                buf, scan = self._filter_chunk(rnd, chunk, st)
+                if not len(scan):
+                    continue
+                if not may_overflow and self._overflows(rnd.log, out, scan):
+                    return None
+                out.append(buf, scan)
+                st.emitted += len(scan)
+                st.bytes_written += len(buf)
+                self.throttler.maybe_throttle(len(buf))
+        finally:
+            seg.release_readers()
+        for name in ("records_read", "records_dropped", "tombstones_dropped", "keyless_kept", "bytes_written"):
+            setattr(rnd.res, name, getattr(rnd.res, name) + getattr(st, name))
+        return st
+
+    def _overflows(self, log: Log, out: LogSegment, scan) -> bool:
+        cfg = log.config
+        if out.size + scan.end > cfg.segment_bytes or int(scan.last_offsets[-1]) - out.base_offset > INT32_MAX:
+            return True
+        plan = plan_index_entries(scan.positions + out.size, scan.sizes, scan.last_offsets,
+                                  scan.headers["max_timestamp"].astype(np.int64), cfg.index_interval_bytes,
+                                  out._load_index_state())
+        return (out.offset_index.entries + len(plan.offset_entries[0]) > out.offset_index.max_entries
+                or out.time_index.entries + len(plan.time_entries[0]) > out.time_index.max_entries - 1)
+
+    def _filter_chunk(self, rnd: _Round, chunk, st: _SourceStats):
+        """The chunk's batches as they survive: (bytes, scan)."""
+        scan = chunk.scan
+        h = scan.headers
+        status = np.full(len(scan), K.VERBATIM, np.int8)
+        data = np.flatnonzero((h["attributes"].astype(np.int64) & rb.CONTROL_FLAG_MASK) == 0)
+        heads, areas = {}, {}
+        if data.size:
+            src, a0, a1 = record_areas(chunk, data, rnd.log.max_batch_size)
+            counts = h["record_count"][data].astype(np.int64)
+            st.records_read += int(counts.sum())
+            sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, np.ones(data.size, bool))
+            grown = [i for i, j in enumerate(data.tolist()) if sts[i] == K.REWRITE_STAMPED
+                     and len(heads[j]) + memoryview(areas[j]).nbytes > max(rnd.log.max_batch_size, int(scan.sizes[j]))]
+            if grown:  # stamping would pass max.message.bytes, which readers enforce: leave those unstamped
+                logger.warning("%s: batch at offset %s would exceed max.message.bytes with its delete horizon; its "
+                            "tombstones stay until it shrinks", rnd.log.tp, int(h["base_offset"][data[grown[0]]]))
+                again = np.ones(data.size, bool)
+                again[grown] = False
+                sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, again)
+            status[data] = sts
+            st.records_dropped += int(stats[0])
+            st.tombstones_dropped += int(stats[1])
+            st.keyless_kept += int(stats[2])
+        if (status == K.VERBATIM).all():
+            return chunk.buf[: scan.end], scan
+        st.verbatim = False
+        view = memoryview(as_uint8(chunk.buf))
+        pieces = []
+        for i in np.flatnonzero(status != K.DROP).tolist():  # per batch
+            if status[i] == K.VERBATIM:
+                p = int(scan.positions[i])
+                pieces.append(view[p:p + int(scan.sizes[i])])
+            else:
+                pieces.append(heads[i])
+                pieces.append(areas[i])
+        buf = b"".join(pieces)
+        return buf, scan_batches(buf)
+
+    def _filter(self, rnd: _Round, chunk, data, src, a0, a1, may_stamp):
+        """Run the record filter over batches `data` of a chunk; the rewritten ones' headers and areas."""
+        h = chunk.scan.headers
+        counts = h["record_count"][data].astype(np.int64)
+        base_ts = h["base_timestamp"][data].astype(np.int64)
+        has_h = (h["attributes"][data].astype(np.int64) & rb.DELETE_HORIZON_FLAG_MASK) != 0
+        out = np.empty(int((a1 - a0).sum() + K.MAX_REFRAME_GROWTH * counts.sum()), np.uint8)
+        tags, offs, bits = rnd.omap.tables
+        sts, o0, o1, kept, mts, nbase, stats, err, _, eb = K.filter_batches(
+            src, a0, a1, counts, h["last_offset_delta"][data].astype(np.int64), h["base_offset"][data].astype(np.int64),
+            base_ts, has_h, base_ts, may_stamp, tags, offs, bits, np.int64(rnd.omap.base_offset), np.int64(rnd.end),
+            np.int64(rnd.now), np.int64(rnd.horizon), out)
+        if err:
+            raise framing_error(chunk, int(data[eb]), err)
+        rew = np.flatnonzero(sts >= K.REWRITE)
+        heads, areas = {}, {}
+        if rew.size:
+            heads, areas = rewritten_batches(h[data[rew]], data[rew], sts[rew], o0[rew], o1[rew], kept[rew],
+                                           mts[rew], nbase[rew], out)
+        return sts, heads, areas, stats
+
+    def _validate(self, chunk, res: CleanResult) -> None:
+        validate_batches(chunk.buf, chunk.scan, source=chunk.source, base_position=chunk.base_position)
+        res.bytes_read += chunk.scan.end
+        self.throttler.maybe_throttle(chunk.scan.end)
+
+    # ------------------------------------------------------------------ swap
+    def _finish(self, rnd: _Round, out: LogSegment, members: list[_SourceStats]) -> None:
+        """Close an output and swap it in for its sources (or drop it if it would change nothing)."""
+        log = rnd.log
+        last = members[-1] if members else None
+        if last is not None and not last.emitted and last.last_header is not None:
+            # the loader completes a crashed swap over [base, the output's next offset): keep the last
+            # source's offsets in the output so that range covers every source it replaces
+            empty = empty_batch(last.last_header)
+            out.append(empty, scan_batches(empty))
+        sources = [m.seg for m in members]
+        if out.size == 0 or self._unchanged(log, out, members):
+            out.delete()
+            return
+        out.on_become_inactive()
+        out.close()
+        with self._partition_lock(log):
+            self._verify_unchanged(log, sources, rnd.mtimes)
+            log.replace_segments([out], sources)
+        rnd.res.groups.append((out.base_offset, tuple(s.base_offset for s in sources)))
+
+    @staticmethod
+    def _unchanged(log: Log, out: LogSegment, members: list[_SourceStats]) -> bool:
+        """One source rewritten to the same bytes (nothing dropped, or only its empty last batch,
+        which came back): swapping it would only churn files."""
+        if len(members) != 1 or out.size != members[0].seg.size:
+            return False
+        if members[0].verbatim:
+            return True
+        out.flush(fsync=False)
+        return log.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
+
+    def _partition_lock(self, log: Log):
+        if log.writable:
+            return contextlib.nullcontext()
+        return log.fs.lock(log.fs.join(log.dir, LOCK_FILE), timeout=self.config.lock_timeout_ms / 1000)
+
+    def _check_no_swap(self, log: Log) -> None:
+        for f in log.fs.listdir(log.dir):
+            parsed = parse_segment_file(f.name)
+            if parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
+                raise CleaningAbortedError(f"{log.tp}: {log.fs.url(log.fs.join(log.dir, f.name))} is left from an "
+                                           f"interrupted swap; opening the log for writing completes it")
+
+    def _verify_unchanged(self, log: Log, sources: list[LogSegment], mtimes: dict) -> None:
+        """Under the lock: no swap is pending and every source is as it was when the cleaning began."""
+        self._check_no_swap(log)
+        for s in sources:
+            self._check_unchanged(log, s, mtimes)
+
+    @staticmethod
+    def _check_unchanged(log: Log, seg: LogSegment, mtimes: dict) -> None:
+        """The segment's .log still has the size and mtime it had (retention, a writer's recovery or
+        another cleaner did not act on it)."""
+        try:
+            same = log.fs.size(seg.log_path) == seg.size and log.fs.modified_ms(seg.log_path) == mtimes.get(id(seg))
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise CleaningAbortedError(f"{log.tp}: segment {log.fs.url(seg.log_path)} changed or disappeared "
+                                       f"while it was being cleaned; giving up this round")

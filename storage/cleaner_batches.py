@@ -1,0 +1,96 @@
+"""Batch-level bytes for the cleaner: record areas (decompressed), rewritten batch headers, empty batches."""
+
+from __future__ import annotations
+
+import crc32c as _crc32c
+import numpy as np
+
+from . import _cleaner_kernels as K
+from .errors import CorruptRecordError
+from .records import record_batch as rb
+from .records._record_kernels import MIN_RECORD_BYTES
+from .records.compression import compress_many, decompress_many
+from .records.decoder import ERROR_MESSAGES
+from .records.record_batch import CompressionType, as_uint8
+
+_KEEP_ON_EMPTY = rb.TIMESTAMP_TYPE_MASK | rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
+_HEADER_TAIL = slice(rb.ATTRIBUTES_OFFSET, rb.RECORD_BATCH_OVERHEAD)
+
+
+def record_areas(chunk, idx: np.ndarray, max_bytes: int):
+    """(src, starts, ends): the record area of batches idx of a chunk, decompressed where needed."""
+    scan = chunk.scan
+    arr = as_uint8(chunk.buf)
+    pos = scan.positions[idx]
+    start = pos + rb.RECORD_BATCH_OVERHEAD
+    end = pos + scan.sizes[idx]
+    counts = scan.headers["record_count"][idx].astype(np.int64)
+    codecs = scan.headers["attributes"][idx].astype(np.int64) & rb.COMPRESSION_CODEC_MASK
+    bad = np.flatnonzero(codecs > CompressionType.ZSTD)
+    if bad.size:
+        j = int(bad[0])
+        raise CorruptRecordError(f"unknown compression codec {int(codecs[j])}", source=chunk.source,
+                                 position=chunk.base_position + int(pos[j]))
+    if codecs.any():
+        view = memoryview(arr)
+        comp = np.flatnonzero(codecs).tolist()
+        work = [(CompressionType(int(codecs[j])), view[int(start[j]):int(end[j])], chunk.base_position + int(pos[j]))
+                for j in comp]
+        pieces = [arr[int(start[j]):int(end[j])] for j in range(len(idx))]
+        for j, data in zip(comp, decompress_many(work, max_bytes=max_bytes, source=chunk.source)):
+            pieces[j] = np.frombuffer(data, np.uint8)
+        lengths = np.array([p.size for p in pieces], np.int64)
+        end = np.cumsum(lengths)
+        start = end - lengths
+        arr = np.concatenate(pieces) if pieces else np.empty(0, np.uint8)
+    bad = np.flatnonzero(counts * MIN_RECORD_BYTES > end - start)  # before any kernel sizes scratch by counts
+    if bad.size:
+        j = int(bad[0])
+        raise CorruptRecordError(
+            f"recordCount {int(counts[j])} cannot fit in {int(end[j] - start[j])} bytes of records",
+            source=chunk.source, position=chunk.base_position + int(pos[j]))
+    return arr, start.astype(np.int64), end.astype(np.int64)
+
+
+def framing_error(chunk, b: int, err: int) -> CorruptRecordError:
+    h = chunk.scan.header(b, chunk.base_position)
+    return CorruptRecordError(f"{ERROR_MESSAGES.get(int(err), f'record error {err}')} in batch at offset "
+                              f"{h.base_offset}", source=chunk.source, position=h.position)
+
+
+def empty_batch(header: np.ndarray) -> bytes:
+    """A batch with no records keeping a batch's offsets and producer fields (Kafka's writeEmptyHeader)."""
+    head = header.copy()
+    head["attributes"] = head["attributes"] & _KEEP_ON_EMPTY
+    head["batch_length"] = rb.RECORD_BATCH_OVERHEAD - rb.LOG_OVERHEAD
+    head["base_timestamp"] = head["max_timestamp"]
+    head["record_count"] = 0
+    raw = bytearray(head.tobytes())
+    head["crc"] = _crc32c.crc32c(bytes(raw[_HEADER_TAIL]))
+    return head.tobytes()
+
+
+def rewritten_batches(heads, which, sts, o0, o1, kept, mts, nbase, out):
+    """New headers (bytes) and record areas (compressed as before) of rewritten batches, by batch index."""
+    heads = heads.copy()
+    attrs = heads["attributes"].astype(np.int64)
+    codecs = attrs & rb.COMPRESSION_CODEC_MASK
+    raw = [memoryview(out[int(a):int(b)]) for a, b in zip(o0, o1)]
+    areas = list(raw)
+    for codec in np.unique(codecs[codecs != 0]).tolist():
+        sel = np.flatnonzero(codecs == codec).tolist()
+        for j, data in zip(sel, compress_many(CompressionType(codec), [raw[j] for j in sel])):
+            areas[j] = data
+    sizes = np.array([memoryview(a).nbytes for a in areas], np.int64)
+    stamped = sts == K.REWRITE_STAMPED
+    heads["attributes"] = np.where(stamped, attrs | rb.DELETE_HORIZON_FLAG_MASK, attrs)
+    heads["base_timestamp"] = nbase
+    log_append = (attrs & rb.TIMESTAMP_TYPE_MASK) != 0
+    heads["max_timestamp"] = np.where(log_append, heads["max_timestamp"].astype(np.int64), mts)
+    heads["record_count"] = kept
+    heads["batch_length"] = rb.RECORD_BATCH_OVERHEAD - rb.LOG_OVERHEAD + sizes
+    rows = heads.view(np.uint8).reshape(len(heads), rb.RECORD_BATCH_OVERHEAD)
+    heads["crc"] = [_crc32c.crc32c(areas[j], _crc32c.crc32c(rows[j, _HEADER_TAIL].tobytes()))
+                    for j in range(len(heads))]  # one C call per batch
+    return ({int(b): heads[j:j + 1].tobytes() for j, b in enumerate(which.tolist())},
+            {int(b): areas[j] for j, b in enumerate(which.tolist())})
