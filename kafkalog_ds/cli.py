@@ -6,6 +6,7 @@
     kafkalog dump-log FILE...    kafka-dump-log.sh (DumpLogSegments)
     kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
     kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
+    kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints
 
 Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2.
 """
@@ -22,6 +23,7 @@ from typing import BinaryIO
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
 from storage.log_manager import LogManager
+from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition
 
 from .consume import consume
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("topics", help="create, list, describe, alter or delete topics (kafka-topics.sh, kafka-configs.sh)",
                        description="Create, list, describe, alter or delete topics, as kafka-topics.sh does.")
     t.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(t)
     action = t.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create a topic")
     action.add_argument("--list", action="store_true", help="list topic names, one per line")
@@ -96,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description='Append records read from stdin, one JSON object per line: {"key": str|null, '
                                    '"value": str|null, "timestamp": ms, "partition": int, "headers": [[k, v], ...]}.')
     p.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--compression", "--compression-codec", choices=CODECS, default="none",
                    help="the producer's codec (default none)")
@@ -108,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("consume", help="print records as JSON lines (kafka-console-consumer.sh)",
                        description="Print records as JSON lines, partition after partition.")
     c.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--partition", type=_non_negative_int, help="only this partition (default: all, in order)")
     start = c.add_mutually_exclusive_group()
@@ -139,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("describe", help="topics, partitions, offsets and segments of a log dir",
                        description="Describe a log dir: topics, partitions, log start/end offsets, segments, bytes.")
     s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(s)
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
     s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
     s.set_defaults(func=cmd_describe, parser=s)
@@ -148,17 +154,46 @@ def build_parser() -> argparse.ArgumentParser:
                                    "does: the log start offset moves up; whole segments below it are removed by "
                                    "the next retention run.")
     r.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(r)
     r.add_argument("--topic", required=True)
     r.add_argument("--partition", type=_non_negative_int, required=True)
     r.add_argument("--offset", type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"), required=True,
                    help="the new log start offset; -1: the high watermark (the log end)")
     r.set_defaults(func=cmd_delete_records, parser=r)
+
+    m = sub.add_parser("maintain", help="retention, compaction, delayed deletes and checkpoints (Kafka's LogManager)",
+                       description="Run the maintenance job: per partition retention, compaction (cleanup.policy "
+                                   "compact) and removal of .deleted files past file.delete.delay.ms; per log dir "
+                                   "removal of deleted topics and the checkpoints. Prints one line per partition.")
+    m.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(m)
+    m.add_argument("--once", action="store_true", help="one pass, then exit (for cron or Airflow)")
+    m.add_argument("--interval-ms", type=_int_at_least(1, "a positive number of milliseconds"),
+                   default=300_000, help="time between passes without --once (log.retention.check.interval.ms; "
+                                         "default 300000)")
+    m.add_argument("--topic", action="append", help="only these topics (repeatable)")
+    m.add_argument("--cleaner-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
+                        "log.cleaner.io.buffer.load.factor (repeatable)")
+    m.add_argument("--spark", action="store_true", help="spread the partitions over a local Spark session's "
+                                                        "executors (see python -m kafkalog_ds.maintenance)")
+    m.set_defaults(func=cmd_maintain, parser=m)
     return parser
 
 
-def _existing(root: str) -> LogManager:
+def _fs_option(parser) -> None:
+    parser.add_argument("--fs", action="append", default=[], metavar="KEY=VALUE",
+                        help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 "
+                             "(repeatable; JSON values are decoded; credentials come from the environment)")
+
+
+def _manager(args) -> LogManager:
+    return LogManager(args.root, storage_options_from_cli(args.fs))
+
+
+def _existing(args) -> LogManager:
     """A LogManager for a log dir that must already exist (reading commands)."""
-    lm = LogManager(root)
+    lm = _manager(args)
     if not lm.fs.isdir(lm.root):
         raise KafkaStorageError(f"log dir {lm.url()} does not exist")
     return lm
@@ -190,7 +225,7 @@ def parse_add_config(values: list[str]) -> dict[str, str]:
 
 
 def cmd_topics(args, stdin, out, err) -> int:
-    lm = LogManager(args.root) if args.create else _existing(args.root)
+    lm = _manager(args) if args.create else _existing(args)
     needs_topic = args.create or args.alter or args.delete
     if needs_topic and not args.topic:
         args.parser.error("--topic is required with --create, --alter and --delete")
@@ -248,7 +283,7 @@ def cmd_topics(args, stdin, out, err) -> int:
 
 
 def cmd_produce(args, stdin: BinaryIO, out, err) -> int:
-    lm = LogManager(args.root)
+    lm = _manager(args)
     produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
             create=not args.no_create, partitions=args.partitions)
     return 0
@@ -260,7 +295,7 @@ def _wants_ascii(stream) -> bool:
 
 
 def cmd_consume(args, stdin, out, err) -> int:
-    lm = _existing(args.root)
+    lm = _existing(args)
     if isinstance(args.offset, int) and args.partition is None:
         partitions = lm.topic(args.topic).partitions
         if partitions > 1:
@@ -292,7 +327,7 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 
 def cmd_describe(args, stdin, out, err) -> int:
-    lm = _existing(args.root)
+    lm = _existing(args)
     if args.topic:
         for t in args.topic:
             lm.topic(t)
@@ -321,11 +356,40 @@ def cmd_describe(args, stdin, out, err) -> int:
 
 
 def cmd_delete_records(args, stdin, out, err) -> int:
-    lm = _existing(args.root)
+    lm = _existing(args)
     tp = TopicPartition(args.topic, args.partition)
     out.write("Executing records delete operation\n")
     low = lm.delete_records(tp, args.offset)
     out.write(f"Records delete operation completed:\npartition: {tp}\tlow_watermark: {low}\n")
+    return 0
+
+
+# ---------------------------------------------------------------- maintain
+
+
+def cmd_maintain(args, stdin, out, err) -> int:
+    from .maintenance import main as spark_main, run_forever, run_once
+
+    lm = _existing(args)
+    for t in args.topic or []:
+        lm.topic(t)
+    settings = {}
+    for pair in args.cleaner_config:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            args.parser.error(f"--cleaner-config takes KEY=VALUE, got {pair!r}")
+        settings[key.strip()] = value.strip()
+    if args.spark:
+        if not args.once or settings or args.fs:
+            args.parser.error("--spark runs one pass with default settings: use it with --once only "
+                              "(python -m kafkalog_ds.maintenance for more)")
+        return spark_main([args.root, "--spark"] + [a for t in args.topic or [] for a in ("--topic", t)])
+    kwargs = dict(topics=args.topic, cleaner_settings=settings, out=out,
+                  storage_options=storage_options_from_cli(args.fs))
+    if args.once:
+        reports = run_once(args.root, **kwargs)
+        return 1 if any(r.errors for r in reports) else 0
+    run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
     return 0
 
 

@@ -1,0 +1,216 @@
+"""The maintenance job: the background work of Kafka's LogManager and LogCleaner, run on demand.
+
+Per partition: retention (log start offset, retention.bytes, retention.ms), compaction when
+cleanup.policy has `compact`, and removal of `.deleted` files past file.delete.delay.ms. Per root:
+removal of deleted topics' `-delete` directories and the recovery-point and log-start-offset
+checkpoints (the cleaner keeps cleaner-offset-checkpoint as it goes). Locks are taken only around
+a delete or a swap, so the job runs beside live writers and readers.
+
+    kafkalog maintain ROOT --once          one pass (cron, Airflow)
+    kafkalog maintain ROOT                 a pass every log.retention.check.interval.ms
+    python -m kafkalog_ds.maintenance ROOT --spark [--master URL]
+                                           one pass with partitions spread over Spark executors
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from storage.cleaner import CleanerConfig
+from storage.errors import UnknownTopicOrPartitionError
+from storage.log_cleaner_manager import LogCleanerManager
+from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
+
+DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
+
+
+@dataclass
+class PartitionReport:
+    """What one pass did to one partition."""
+
+    topic: str
+    partition: int
+    bytes_before: int = 0
+    bytes_after: int = 0
+    segments_deleted: int = 0  # by retention
+    log_start_offset: int = 0
+    recovery_point: int = 0
+    cleaned: bool = False
+    keys_kept: int = 0
+    records_dropped: int = 0
+    tombstones_dropped: int = 0
+    segments_merged: int = 0  # segments the cleaner replaced, less the ones it wrote
+    files_removed: int = 0  # .deleted files past their delay
+    duration_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+    skipped: bool = False  # no partition directory yet: nothing to maintain
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"{self.topic}-{self.partition}: nothing to do (no data written yet)"
+        what = [f"{self.bytes_before}->{self.bytes_after} bytes"]
+        if self.segments_deleted:
+            what.append(f"{self.segments_deleted} segment(s) deleted by retention")
+        if self.cleaned:
+            what.append(f"compacted: {self.keys_kept} keys kept, {self.records_dropped} records dropped "
+                        f"({self.tombstones_dropped} tombstones), {self.segments_merged} fewer segments")
+        if self.files_removed:
+            what.append(f"{self.files_removed} .deleted file(s) removed")
+        what.append(f"log start {self.log_start_offset}")
+        status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
+        return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
+
+
+def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = None,
+                       storage_options: dict | None = None, cleaner_settings: dict | None = None) -> PartitionReport:
+    """Retention, compaction and delayed deletes for one partition. Failures are reported, not raised,
+    so one bad partition does not stop the others; the next pass retries it."""
+    t0 = time.monotonic()
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    rep = PartitionReport(tp.topic, tp.partition)
+    lm = LogManager(root, storage_options)
+    try:
+        with lm.open_log(tp) as log:
+            rep.bytes_before = rep.bytes_after = log.size
+            compact = log.config.compact
+    except UnknownTopicOrPartitionError:  # not written yet (or its topic was just deleted): nothing to do
+        rep.skipped = True
+        rep.duration_s = time.monotonic() - t0
+        return rep
+    except Exception as e:  # noqa: BLE001 - reported per partition
+        rep.errors.append(f"open: {type(e).__name__}: {e}")
+        rep.duration_s = time.monotonic() - t0
+        return rep
+    try:
+        r = lm.apply_retention(tp, now_ms=now)
+        rep.segments_deleted = r.segments_deleted
+        if r.skipped:
+            rep.errors.append(f"retention: {r.skipped}")
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"retention: {type(e).__name__}: {e}")
+    if compact:
+        c = LogCleanerManager(lm, CleanerConfig.from_dict(cleaner_settings or {})).clean_partition(tp, now)
+        if c.error:
+            rep.errors.append(f"compaction: {c.error}")
+        elif c.groups:
+            rep.cleaned = True
+            rep.keys_kept, rep.records_dropped, rep.tombstones_dropped = c.keys, c.records_dropped, c.tombstones_dropped
+            rep.segments_merged = c.segments_before - c.segments_after
+    try:
+        rep.files_removed = len(lm.remove_expired_deleted_files(tp, now_ms=now))
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"delayed deletes: {type(e).__name__}: {e}")
+    try:
+        with lm.open_log(tp) as log:
+            rep.bytes_after, rep.log_start_offset = log.size, log.log_start_offset
+            rep.recovery_point = max(log.log_start_offset, min(log.recovery_point, log.log_end_offset))
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"reopen: {type(e).__name__}: {e}")
+    rep.duration_s = time.monotonic() - t0
+    return rep
+
+
+class _Progress:
+    """A progress bar on a terminal, plain lines otherwise; one line per partition either way."""
+
+    def __init__(self, out: TextIO, total: int):
+        self.out, self.total, self.done = out, total, 0
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def report(self, rep: PartitionReport) -> None:
+        self.done += 1
+        if self.tty:
+            self.out.write("\r\033[K")
+        self.out.write(rep.line() + "\n")
+        if self.tty and self.done < self.total:
+            width = 30
+            filled = width * self.done // max(1, self.total)
+            self.out.write(f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} partitions")
+        self.out.flush()
+
+
+def run_once(root: str, *, topics: list[str] | None = None, now_ms: int | None = None,
+             storage_options: dict | None = None, cleaner_settings: dict | None = None,
+             out: TextIO | None = None, spark=None) -> list[PartitionReport]:
+    """One pass over every partition (of `topics`, if given), then the root's duties. With `spark`,
+    partitions are spread over its executors, one task each."""
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
+    lm = LogManager(root, storage_options)
+    names = topics if topics is not None else lm.topics()
+    tps = [tp for t in names for tp in lm.partitions(t)]
+    progress = _Progress(out, len(tps)) if out is not None else None
+    if spark is not None and tps:
+        args = (root, now, storage_options, cleaner_settings)
+        rdd = spark.sparkContext.parallelize([tuple(tp) for tp in tps], len(tps))
+        reports = rdd.map(lambda tp: _maintain_task(tp, *args)).collect()
+        for rep in reports:
+            if progress:
+                progress.report(rep)
+    else:
+        reports = []
+        for tp in tps:
+            rep = maintain_partition(root, tp, now_ms=now, storage_options=storage_options,
+                                     cleaner_settings=cleaner_settings)
+            reports.append(rep)
+            if progress:
+                progress.report(rep)
+    ok = [r for r in reports if not r.skipped and not any(e.startswith(("open", "reopen")) for e in r.errors)]
+    lm.update_checkpoints({(r.topic, r.partition): r.recovery_point for r in ok},
+                          {(r.topic, r.partition): r.log_start_offset for r in ok})
+    removed = lm.remove_deleted_topic_dirs(now_ms=now)
+    if out is not None:
+        for d in removed:
+            out.write(f"removed deleted topic directory {d}\n")
+        failed = sum(1 for r in reports if r.errors)
+        out.write(f"maintenance pass: {len(reports)} partition(s), {failed} failed, "
+                  f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed\n")
+    return reports
+
+
+def _maintain_task(tp: tuple, root: str, now: int, storage_options, cleaner_settings) -> PartitionReport:
+    return maintain_partition(root, TopicPartition(*tp), now_ms=now, storage_options=storage_options,
+                              cleaner_settings=cleaner_settings)
+
+
+def run_forever(root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None,
+                **kwargs) -> None:
+    """A pass every interval_ms (Kafka's log.retention.check.interval.ms), until interrupted."""
+    while True:
+        started = time.monotonic()
+        run_once(root, out=out, **kwargs)
+        time.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kafkalog_ds.maintenance ROOT --spark`: one pass as a Spark job (spark-submit works too)."""
+    p = argparse.ArgumentParser(prog="python -m kafkalog_ds.maintenance", description=__doc__.splitlines()[0])
+    p.add_argument("root", metavar="ROOT")
+    p.add_argument("--topic", action="append")
+    p.add_argument("--spark", action="store_true", help="spread partitions over Spark executors")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
+    args = p.parse_args(argv)
+    spark = None
+    if args.spark:
+        import os
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("kafkalog-maintenance").master(args.master).getOrCreate()
+    try:
+        reports = run_once(args.root, topics=args.topic, out=sys.stdout, spark=spark)
+    finally:
+        if spark is not None:
+            spark.stop()
+    return 1 if any(r.errors for r in reports) else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
