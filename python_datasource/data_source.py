@@ -45,7 +45,8 @@ class KafkaLogDataSource(DataSource):
         opts = SinkOptions.parse(dict(self.options))
         check_schema(schema, opts)
         if opts.topic is not None:  # create it now, on the driver, so tasks agree on its partition count
-            LogManager(opts.path).get_or_create_topic(opts.topic, opts.partitions, opts.topic_config)
+            lm = LogManager(opts.path, opts.storage_options)
+            lm.get_or_create_topic(opts.topic, opts.partitions, opts.topic_config)
         return opts
 
     def writer(self, schema, overwrite: bool):

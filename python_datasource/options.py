@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from storage.errors import InvalidConfigError
 from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig
 from storage.records.record_batch import CompressionType
+from storage.storage_options import storage_options_from_spark
 from storage.topic_partition import validate_topic_name
 
 WRITER_OPTIONS = {"path", "topic", "compression.type", "partitions", "locktimeoutms", "checkpointlocation", "queryname"}
@@ -25,6 +26,7 @@ class SinkOptions:
     topic_config: dict = field(default_factory=dict)  # Kafka topic configs for topics the sink creates
     checkpoint_location: str | None = None
     lock_timeout_s: float = 600.0  # how long a commit waits for another writer's partition lock
+    storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
 
     @classmethod
     def parse(cls, options: dict) -> "SinkOptions":
@@ -51,7 +53,7 @@ class SinkOptions:
         topic_config = {k: v for k, v in opts.items() if k in CONFIG_KEYS_BY_NAME and k != "compression.type"}
         LogConfig.from_dict(topic_config)  # names the key and rule at fault
         unknown = sorted(k for k in opts if k not in WRITER_OPTIONS and k not in CONFIG_KEYS_BY_NAME
-                         and not k.startswith(("spark.", "kafka.")))  # kafka.* belong to a broker; none here
+                         and not k.startswith(("spark.", "kafka.", "fs.")))  # kafka.* belong to a broker; none here
         if unknown:
             raise InvalidConfigError(
                 f"unknown option(s) for format('kafkalog') sink: {', '.join(unknown)}; known: "
@@ -64,7 +66,8 @@ class SinkOptions:
         except ValueError:
             raise InvalidConfigError(f"option 'lockTimeoutMs' must be a non-negative integer, got "
                                      f"{opts['locktimeoutms']!r}") from None
-        return cls(path, topic, codec, partitions, topic_config, opts.get("checkpointlocation"), lock_timeout_s)
+        return cls(path, topic, codec, partitions, topic_config, opts.get("checkpointlocation"), lock_timeout_s,
+                   storage_options_from_spark(opts))
 
     def writer_id(self) -> int:
         """Stable per streaming query (derived from its checkpoint location); fresh for a batch write."""

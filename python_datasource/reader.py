@@ -47,12 +47,12 @@ class KafkaLogInputPartition(InputPartition):
 
 
 def read_range(path: str, part: KafkaLogInputPartition, include_headers: bool,
-               fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+               fail_on_data_loss: bool, storage_options: dict | None = None) -> Iterator[pa.RecordBatch]:
     """Records [start, end) of one partition as Arrow batches in Spark's Kafka schema."""
     if not isinstance(part, KafkaLogInputPartition):  # Spark plans one placeholder task for an empty read
         return
     tp = TopicPartition(part.topic, part.partition)
-    with LogManager(path).open_log(tp) as plog:
+    with LogManager(path, storage_options).open_log(tp) as plog:
         start = part.start
         if start < plog.log_start_offset:
             planning._data_loss(fail_on_data_loss, f"offsets {start}..{plog.log_start_offset - 1} of {tp.topic}-"
@@ -94,7 +94,7 @@ class KafkaLogBatchReader(DataSourceReader):
 
     def partitions(self):
         o = self.options
-        lm = LogManager(o.path)
+        lm = LogManager(o.path, o.storage_options)
         states = planning.partition_states(lm, planning.topic_partitions(lm, o), o.fail_on_data_loss)
         starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
         ends = planning.resolve(lm, o.ending, states, is_start=False)
@@ -102,7 +102,8 @@ class KafkaLogBatchReader(DataSourceReader):
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
 
     def read(self, partition):
-        return read_range(self.options.path, partition, self.options.include_headers, self.options.fail_on_data_loss)
+        o = self.options
+        return read_range(o.path, partition, o.include_headers, o.fail_on_data_loss, o.storage_options)
 
 
 def _to_json(offsets: dict) -> dict:
@@ -125,14 +126,15 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = time.monotonic()
 
     def _states(self) -> dict:
-        lm = LogManager(self.options.path)
+        lm = LogManager(self.options.path, self.options.storage_options)
         return planning.partition_states(lm, planning.topic_partitions(lm, self.options),
                                          self.options.fail_on_data_loss)
 
     def initialOffset(self) -> dict:
         o = self.options
         states = self._states()
-        return _to_json(planning.resolve(LogManager(o.path), o.starting, states, is_start=True, strategy=o.strategy,
+        lm = LogManager(o.path, o.storage_options)
+        return _to_json(planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy,
                                          require_all=True))
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -174,7 +176,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         o = self.options
-        lm = LogManager(o.path)
+        lm = LogManager(o.path, o.storage_options)
         states = self._states()
         begin, stop = _from_json(start), _from_json(end)
         for tp in begin:
@@ -186,7 +188,8 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
 
     def read(self, partition):
-        return read_range(self.options.path, partition, self.options.include_headers, self.options.fail_on_data_loss)
+        o = self.options
+        return read_range(o.path, partition, o.include_headers, o.fail_on_data_loss, o.storage_options)
 
     def commit(self, end: dict) -> None:
         pass

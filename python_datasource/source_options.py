@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
+from storage.storage_options import storage_options_from_spark
 
 EARLIEST, LATEST = -2, -1
 
@@ -55,11 +56,12 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
+    storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
 
     @classmethod
     def parse(cls, options: dict, *, streaming: bool) -> "SourceOptions":
         o = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in o if k not in READER_OPTIONS and not k.startswith("kafka."))
+        unknown = sorted(k for k in o if k not in READER_OPTIONS and not k.startswith(("kafka.", "fs.")))
         if unknown:
             raise InvalidConfigError(f"unknown option(s) for format('kafkalog') source: {', '.join(unknown)}")
         if not o.get("path"):
@@ -103,6 +105,7 @@ class SourceOptions:
             max_offsets_per_trigger=_int(o, "maxoffsetspertrigger", 1),
             min_offsets_per_trigger=_int(o, "minoffsetspertrigger", 1),
             max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
+            storage_options=storage_options_from_spark(o),
         )
 
 

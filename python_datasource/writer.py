@@ -36,7 +36,7 @@ class _StagingWriter:
         self.writer_id = writer_id
 
     def _stage(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
-        lm = LogManager(self.options.path)
+        lm = self._lm()
         stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
                               new_topic_config=self.options.topic_config,
                               new_topic_partitions=self.options.partitions, task_index=_task_index())
@@ -49,14 +49,17 @@ class _StagingWriter:
             stager.abort()
             raise
 
+    def _lm(self) -> LogManager:
+        return LogManager(self.options.path, self.options.storage_options)
+
     def _commit(self, messages: List[Optional[KafkaLogCommitMessage]], batch_id: int, ephemeral: bool) -> None:
         staged = [m.staged for m in messages if m is not None and m.staged is not None]
-        commit_staged(LogManager(self.options.path), self.writer_id, batch_id, staged, ephemeral=ephemeral,
+        commit_staged(self._lm(), self.writer_id, batch_id, staged, ephemeral=ephemeral,
                       lock_timeout=self.options.lock_timeout_s)
 
     def _abort(self, messages) -> None:
         names = [m.staged.name for m in messages if m is not None and m.staged is not None]
-        cleanup_staged(LogManager(self.options.path), self.writer_id, names)
+        cleanup_staged(self._lm(), self.writer_id, names)
 
 
 class KafkaLogBatchWriter(_StagingWriter, DataSourceArrowWriter):
