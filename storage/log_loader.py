@@ -202,8 +202,15 @@ class LogLoader:
             for (base, suffix) in list(indexes):
                 if base not in logs:  # Kafka: an orphaned index file is deleted
                     self._remove(self.fs.join(self.dir, f"{base:020d}{suffix}"))
+        swap_view = self._reader_swap_view(files) if not self.writable and not immutable else {}
+        if swap_view:
+            lo, hi = min(swap_view), max(s.read_next_offset() for s in swap_view.values())
+            logs = {b: size for b, size in logs.items() if not lo <= b < hi}
         segments = []
-        for base in sorted(logs):
+        for base in sorted(set(logs) | set(swap_view)):
+            if base in swap_view:
+                segments.append(swap_view[base])
+                continue
             idx = indexes.get((base, INDEX_FILE_SUFFIX))
             tidx = indexes.get((base, TIME_INDEX_FILE_SUFFIX))
             seg = LogSegment(self.fs, self.dir, base, log_size=logs[base], index_size=idx or 0,
@@ -220,6 +227,19 @@ class LogLoader:
                     seg.needs_rebuild = True
             segments.append(seg)
         return segments
+
+    def _reader_swap_view(self, files: list[FileInfo]) -> dict[int, LogSegment]:
+        """A reader listing mid-swap (or after a crashed one) reads the finished .swap output in place of
+        the segments it replaces, whose files may already be .deleted; only a writer renames it."""
+        view = {}
+        for f in files:
+            parsed = parse_segment_file(f.name)
+            if parsed is not None and parsed.extra == SWAP_FILE_SUFFIX and parsed.suffix == LOG_FILE_SUFFIX:
+                seg = LogSegment(self.fs, self.dir, parsed.base_offset, file_suffix=SWAP_FILE_SUFFIX, log_size=f.size,
+                                 index_size=0, time_index_size=0, **self._kwargs())
+                seg.needs_rebuild = True  # no index: reads scan this segment
+                view[parsed.base_offset] = seg
+        return view
 
     def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
         """Rebuild indexes where needed and validate everything from the recovery point on."""

@@ -19,7 +19,8 @@ from .records.record_batch import (
     scan_batches, validate_batches,
 )
 from .topic_partition import (
-    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, offset_to_file_prefix,
+    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    offset_to_file_prefix,
 )
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,9 @@ class LogSegment:
                 reader.close()
                 raise FileNotFoundError(self.log_path)
         except FileNotFoundError:
+            if self.file_suffix == SWAP_FILE_SUFFIX:  # a reader's mid-swap view: the swap has completed since
+                self._reader = self.fs.open_reader(self.log_path[: -len(SWAP_FILE_SUFFIX)])
+                return
             if self.file_suffix:
                 raise
             try:

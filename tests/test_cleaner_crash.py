@@ -156,8 +156,8 @@ def live_logs(fs, root) -> dict[int, bytes]:
     return out
 
 
-def read_all(lm) -> list[tuple]:
-    with lm.open_log(TP, writable=True) as log:
+def read_all(lm, writable=True) -> list[tuple]:
+    with lm.open_log(TP, writable=writable) as log:
         return [(r["offset"], r["timestamp"], r["key"], r["value"],
                  tuple((h["key"], h["value"]) for h in r["headers"] or ()))
                 for b in log.read_records(0) for r in b.to_pylist()]
@@ -228,6 +228,10 @@ def test_crash_at_every_file_operation_recovers_old_or_new_per_group(workload, c
         with pytest.raises(Crash):
             LogCleanerManager(LogManager(root, fs=CrashingFS(fs, crash_at=n))).clean_partition(TP, NOW, force=True)
         lm2 = LogManager(root, fs=fs)
+        seen = read_all(lm2, writable=False)  # a reader listing now (mid-swap) sees whole groups, old or new
+        offsets = [r[0] for r in seen]
+        assert offsets == sorted(set(offsets)), f"op {n}: a reader saw duplicate or unordered offsets"
+        assert set(survivors) <= set(seen) <= set(old_records), f"op {n} ({counting.ops[n - 1]}): reader view"
         got = read_all(lm2)  # a writer's open completes or drops the interrupted swap
         live = live_logs(fs, root)
         grouped = set()
