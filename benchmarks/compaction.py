@@ -4,8 +4,9 @@ Run: python benchmarks/compaction.py [--records 3000000] [--keys 100000] [--code
 Builds one partition of N records (keys drawn uniformly from K, values of --value-bytes hex chars
 that compress about 2x, --tombstones of them null), rolls it so all of it is cleanable, then cleans
 it in a child process (so its peak RSS is the cleaning's own) after warming up numba's cache there.
-Prints MB/s of log cleaned (log bytes before / wall time), records/s, the offset map's bytes per
-distinct key (its table at the end and at its peak, while doubling), and the child's peak RSS rise.
+Prints MB/s of log cleaned (log bytes before / wall time), records/s, the time of the key-count
+(HyperLogLog) pass that sizes the offset map, the map's bytes per distinct key (its table, and its
+peak over the cleaning incl. the HLL registers), and the child's peak RSS rise.
 """
 
 from __future__ import annotations
@@ -94,13 +95,24 @@ def clean_child(root: str, dedupe: int) -> dict:
     LogCleanerManager(warm).clean_partition(TopicPartition("w", 0), force=True)
     base_rss = _reset_peak_rss()
     mgr = LogCleanerManager(LogManager(root), cleaner=Cleaner(CleanerConfig(dedupe_buffer_size=dedupe)))
+    hll = {"s": 0.0, "estimate": -1}
+    estimate_keys = Cleaner._estimate_keys
+
+    def timed_estimate(self, *a):
+        t = time.perf_counter()
+        hll["estimate"] = estimate_keys(self, *a)
+        hll["s"] += time.perf_counter() - t
+        return hll["estimate"]
+
+    Cleaner._estimate_keys = timed_estimate
     t0 = time.perf_counter()
     res = mgr.clean_partition(TP, force=True)
     wall = time.perf_counter() - t0
     if not res.ok:
         raise SystemExit(f"cleaning failed: {res.error}")
     out = {k: v for k, v in vars(res).items() if k not in ("exception", "groups")}
-    out.update(wall_s=wall, rss_rise_kib=_peak_rss() - base_rss, outputs=len(res.groups))
+    out.update(wall_s=wall, rss_rise_kib=_peak_rss() - base_rss, outputs=len(res.groups), hll_s=hll["s"],
+               hll_estimate=hll["estimate"])
     return out
 
 
@@ -133,11 +145,14 @@ def main() -> None:
     print(f"log before      {mb:,.1f} MB in {r['segments_before']} segments; after "
           f"{r['bytes_after'] / 1e6:,.1f} MB in {r['segments_after']} ({r['outputs']} outputs)")
     print(f"cleaned         {r['wall_s']:.2f} s: {mb / r['wall_s']:,.1f} MB/s of log, "
-          f"{r['records_read'] / r['wall_s'] / 1e6:.2f} M records/s (both passes read "
+          f"{r['records_read'] / r['wall_s'] / 1e6:.2f} M records/s (all passes read "
           f"{r['bytes_read'] / 1e6:,.0f} MB, wrote {r['bytes_written'] / 1e6:,.1f} MB)")
     print(f"records         {r['records_read']:,} read, {r['records_dropped']:,} dropped, "
           f"{r['tombstones_dropped']:,} tombstones dropped (inside their horizon: kept)")
     keys = max(r["keys"], 1)
+    print(f"key count pass  {r['hll_s']:.2f} s = {mb / max(r['hll_s'], 1e-9):,.0f} MB/s of log, "
+          f"{100 * r['hll_s'] / r['wall_s']:.0f}% of the cleaning; HLL estimate {r['hll_estimate']:,} "
+          f"({100 * (r['hll_estimate'] / keys - 1):+.2f}% of the keys mapped)")
     print(f"offset map      {r['keys']:,} distinct keys; table {r['map_bytes']:,} B = "
           f"{r['map_bytes'] / keys:.1f} B/key; peak {r['map_peak_bytes']:,} B = {r['map_peak_bytes'] / keys:.1f} B/key "
           f"(Kafka: 24 B/slot at <= 0.9 load = 26.7 B/key)")

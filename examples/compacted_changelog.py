@@ -28,7 +28,7 @@ spark.sparkContext.setLogLevel("ERROR")
 
 topic_config = {                      # applied when the sink creates the topic
     "cleanup.policy": "compact",
-    "segment.bytes": "65536",         # small segments so there is something to clean
+    "segment.bytes": "8192",          # small segments so there is something to clean
     "min.cleanable.dirty.ratio": "0.1",
     "delete.retention.ms": "0",       # tombstones may go on the cleaning after the one that marks them
 }

@@ -1,13 +1,16 @@
-"""Numba kernels of the log cleaner: key hashing, the offset map's table, and the two record passes.
+"""Numba kernels of the log cleaner: key hashing, the offset map's table, a HyperLogLog key counter,
+and the two record passes.
 
 Hashing: MurmurHash3 x64/128 of the key bytes, written here because no installed library hashes
 many variable-length keys in one vectorized call (pyarrow exposes no hash kernel; hashlib is per key).
 
-Table (SkimpyOffsetMap): 2**k slots of a uint64 tag and a uint32 offset (relative to the map's base
-offset), 12 bytes a slot, Robin Hood linear probing. A key's 72-bit identity Q is h1 followed by
-the top 8 bits of h2: the top k bits of Q pick the home slot, the next bits are stored in the tag
-(`rem << 8 | probe distance + 1`; 0 = empty). Because the home slot holds part of the identity,
-doubling the table moves one stored bit into the home index and no key is needed to rehash.
+Table (SkimpyOffsetMap): n slots (any n, sized once per cleaning) of a uint64 tag and a uint32 offset
+(relative to the map's base offset), 12 bytes a slot, Robin Hood linear probing (wrapping at n). A
+key's home slot is fastrange(h1, n) = (h1 * n) >> 64; its tag is `top 56 bits of h2 << 8 | probe
+distance + 1` (0 = empty). A key is thus identified by its home slot and 56 bits of h2.
+
+HyperLogLog (2**14 one-byte registers, from h1: register = top 14 bits, rank = leading zeros of the
+other 50 + 1) counts the distinct keys of the range to map, so that the table is sized once.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ _FIVE = np.uint64(5)
 _FF = np.uint64(0xFF)
 _ONE = np.uint64(1)
 MAX_DISTANCE = 254  # probe distances are stored + 1 in a byte
-MIN_BITS = 8  # smallest table: 256 slots
-GROW_MIN_BITS = 16  # tables of at least 2**16 slots store every identity bit below the home bits
-MAX_BITS = 32
+MIN_SLOTS = 256  # smallest table
+MAX_SLOTS = 2**32 - 1  # fastrange below keeps n < 2**32
+HLL_BITS = 14  # HyperLogLog: 2**14 registers (standard error 1.04 / 128 = 0.8%)
+HLL_RANK_BITS = 64 - HLL_BITS  # registers hold 0 (empty) .. HLL_RANK_BITS + 1
+_M32 = np.uint64(0xFFFFFFFF)
+_TOP = np.uint64(1 << 63)
 
 NEED_ROOM = -1  # status: the batch did not fit (load limit or probe distance); grow or stop before it
 
@@ -115,18 +121,30 @@ def murmur3_128(d, start, n):  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _split(h1, h2, k):
-    """(home slot, stored remainder) of a key in a table of 2**k slots (8 <= k <= 32)."""
-    t8 = h2 >> _U(56)
-    home = h1 >> _U(64 - k)
-    low = h1 & ((_ONE << _U(64 - k)) - _ONE)
-    kk = min(k, 16)
-    rem = (low << _U(kk - 8)) | (t8 >> _U(16 - kk))
-    return home, rem
+def _slot(h1, h2, n):
+    """(home slot, stored remainder) of a key in a table of n < 2**32 slots: (h1 * n) >> 64, h2 >> 8."""
+    nn = _U(n)
+    hi = (h1 >> _U(32)) * nn + (((h1 & _M32) * nn) >> _U(32))  # < 2**64 as n < 2**32
+    return np.int64(hi >> _U(32)), h2 >> _U(8)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _insert(tags, offs, mask, home, rem, off):
+def _hll_add(regs, h1):
+    idx = np.int64(h1 >> _U(HLL_RANK_BITS))
+    w = h1 << _U(HLL_BITS)
+    r = 1
+    if w == 0:
+        r = HLL_RANK_BITS + 1
+    else:
+        while (w & _TOP) == 0:
+            w <<= _ONE
+            r += 1
+    if r > regs[idx]:
+        regs[idx] = r
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _insert(tags, offs, n, home, rem, off):
     """Insert or raise a key's offset. 1: new key, 0: updated, NEED_ROOM: probe limit (table unchanged)."""
     pos = home
     d = 0
@@ -146,15 +164,19 @@ def _insert(tags, offs, mask, home, rem, off):
         d += 1
         if d > MAX_DISTANCE:
             return NEED_ROOM
-        pos = (pos + _ONE) & mask
+        pos += 1
+        if pos == n:
+            pos = 0
     # Robin Hood: the key goes at pos; the run up to the next empty slot moves one slot on
     q = pos
     while tags[q] != 0:
         if np.int64(tags[q] & _FF) - 1 >= MAX_DISTANCE:
             return NEED_ROOM
-        q = (q + _ONE) & mask
+        q += 1
+        if q == n:
+            q = 0
     while q != pos:
-        prev = (q - _ONE) & mask
+        prev = q - 1 if q > 0 else n - 1
         tags[q] = tags[prev] + _ONE
         offs[q] = offs[prev]
         q = prev
@@ -164,7 +186,7 @@ def _insert(tags, offs, mask, home, rem, off):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _lookup(tags, offs, mask, home, rem):
+def _lookup(tags, offs, n, home, rem):
     """The stored relative offset of a key, or -1."""
     pos = home
     d = 0
@@ -180,43 +202,23 @@ def _lookup(tags, offs, mask, home, rem):
         d += 1
         if d > MAX_DISTANCE:
             return np.int64(-1)
-        pos = (pos + _ONE) & mask
+        pos += 1
+        if pos == n:
+            pos = 0
 
 
 @numba.njit(cache=True, nogil=True)
-def rehash(tags, offs, k, new_tags, new_offs):  # pragma: no cover - jitted
-    """Move every entry of a 2**k table (k >= 16) into an empty 2**(k+1) table. Returns False on overflow."""
-    mask = _U((1 << k) - 1)
-    new_mask = _U((1 << (k + 1)) - 1)
-    r = 72 - k  # stored remainder bits at this size
-    top = _U(r - 1)
-    for pos in range(tags.shape[0]):
-        t = tags[pos]
-        if t == 0:
-            continue
-        dist = _U(np.int64(t & _FF) - 1)
-        rem = t >> _U(8)
-        home = (_U(pos) - dist) & mask
-        new_home = (home << _ONE) | (rem >> top)
-        new_rem = rem & ((_ONE << top) - _ONE)
-        if _insert(new_tags, new_offs, new_mask, new_home, new_rem, offs[pos]) < 0:
-            return False
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def put_keys(data, starts, lengths, offsets, base, tags, offs, k, size, max_size):  # pragma: no cover
+def put_keys(data, starts, lengths, offsets, base, tags, offs, n, size, max_size):  # pragma: no cover
     """Insert keys data[starts[i]:starts[i]+lengths[i]] -> offsets[i] (null keys: length -1, skipped).
     Returns (keys done, new size, status); stops before the key that would pass max_size."""
-    mask = _U((1 << k) - 1)
     for i in range(starts.shape[0]):
         if lengths[i] < 0:
             continue
         if size >= max_size:
             return i, size, NEED_ROOM
         h1, h2 = murmur3_128(data, starts[i], lengths[i])
-        home, rem = _split(h1, h2, k)
-        st = _insert(tags, offs, mask, home, rem, _U(offsets[i] - base))
+        home, rem = _slot(h1, h2, n)
+        st = _insert(tags, offs, n, home, rem, _U(offsets[i] - base))
         if st < 0:
             return i, size, NEED_ROOM
         size += st
@@ -224,16 +226,15 @@ def put_keys(data, starts, lengths, offsets, base, tags, offs, k, size, max_size
 
 
 @numba.njit(cache=True, nogil=True)
-def get_keys(data, starts, lengths, base, tags, offs, k):  # pragma: no cover - jitted
+def get_keys(data, starts, lengths, base, tags, offs, n):  # pragma: no cover - jitted
     """Offsets stored for keys (-1: absent or null key)."""
-    mask = _U((1 << k) - 1)
     out = np.full(starts.shape[0], -1, np.int64)
     for i in range(starts.shape[0]):
         if lengths[i] < 0:
             continue
         h1, h2 = murmur3_128(data, starts[i], lengths[i])
-        home, rem = _split(h1, h2, k)
-        found = _lookup(tags, offs, mask, home, rem)
+        home, rem = _slot(h1, h2, n)
+        found = _lookup(tags, offs, n, home, rem)
         if found >= 0:
             out[i] = base + found
     return out
@@ -281,20 +282,18 @@ def _frame(src, p, end, last_delta, prev_delta):
 
 @numba.njit(cache=True, nogil=True)
 def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset, base,
-                tags, offs, k, size, max_size):  # pragma: no cover - jitted
+                tags, offs, n, size, max_size):  # pragma: no cover - jitted
     """Pass 1: put every keyed record with offset >= min_offset of the mappable batches into the table.
 
     Returns (batches done, size, records read, err, err_pos, err_batch). err NEED_ROOM: batch
-    `batches done` may not fit (its records already put are harmless: they stay newer than any
-    record the cleaner will then drop); other errors are record framing errors.
+    `batches done` did not fit (the table reached max_size or the probe limit; its records already
+    put are harmless: they are newer than any record the cleaner then drops, and kept as they are
+    past the mapped end); other errors are record framing errors.
     """
-    mask = _U((1 << k) - 1)
     reads = 0
     for b in range(area_start.shape[0]):
         if not mappable[b]:
             continue
-        if size + counts[b] > max_size:
-            return b, size, reads, NEED_ROOM, 0, b
         p = area_start[b]
         end = area_end[b]
         prev = -1
@@ -306,9 +305,11 @@ def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, ma
             p = rend
             offset = base_offsets[b] + od
             if kl >= 0 and offset >= min_offset:
+                if size >= max_size:  # at the load factor: stop before this batch
+                    return b, size, reads, NEED_ROOM, 0, b
                 h1, h2 = murmur3_128(src, ks, kl)
-                home, rem = _split(h1, h2, k)
-                st = _insert(tags, offs, mask, home, rem, _U(offset - base))
+                home, rem = _slot(h1, h2, n)
+                st = _insert(tags, offs, n, home, rem, _U(offset - base))
                 if st < 0:
                     return b, size, reads, NEED_ROOM, 0, b
                 size += st
@@ -316,6 +317,42 @@ def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, ma
         if p != end:
             return b, size, reads, E_TRAILING, p, b
     return area_start.shape[0], size, reads, 0, 0, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def hll_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset,
+                regs):  # pragma: no cover - jitted
+    """Count into HyperLogLog registers the keys map_batches would put (same records, same hash).
+    Returns (records read, err, err_pos, err_batch); err is a record framing error code or 0."""
+    reads = 0
+    for b in range(area_start.shape[0]):
+        if not mappable[b]:
+            continue
+        p = area_start[b]
+        end = area_end[b]
+        prev = -1
+        for _ in range(counts[b]):
+            err, begin, attr, tsd, od_pos, od, ks, kl, vl, rend = _frame(src, p, end, last_deltas[b], prev)
+            if err:
+                return reads, err, begin, b
+            prev = od
+            p = rend
+            if kl >= 0 and base_offsets[b] + od >= min_offset:
+                h1, h2 = murmur3_128(src, ks, kl)
+                _hll_add(regs, h1)
+            reads += 1
+        if p != end:
+            return reads, E_TRAILING, p, b
+    return reads, 0, 0, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def hll_keys(data, starts, lengths, regs):  # pragma: no cover - jitted
+    """Count keys data[starts[i]:starts[i]+lengths[i]] (length -1: null, skipped) into HLL registers."""
+    for i in range(starts.shape[0]):
+        if lengths[i] >= 0:
+            h1, h2 = murmur3_128(data, starts[i], lengths[i])
+            _hll_add(regs, h1)
 
 
 # batch outcomes of filter_batches
@@ -327,7 +364,7 @@ REWRITE_STAMPED = 3  # kept records re-framed against a new delete horizon (KIP-
 
 @numba.njit(cache=True, nogil=True)
 def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, has_horizon, horizon,
-                   may_stamp, tags, offs, k, map_base, map_end, now, new_horizon, out):  # pragma: no cover - jitted
+                   may_stamp, tags, offs, n, map_base, map_end, now, new_horizon, out):  # pragma: no cover - jitted
     """Pass 2: decide every record and write the records of rewritten batches into `out`.
 
     A record at offset >= map_end is kept (the map does not cover it). Below it: a keyless record is
@@ -340,7 +377,6 @@ def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets,
     stats: records dropped, tombstones dropped, keyless kept, out bytes.
     """
     nb = area_start.shape[0]
-    mask = _U((1 << k) - 1)
     status = np.zeros(nb, np.int8)
     o_start = np.zeros(nb, np.int64)
     o_end = np.zeros(nb, np.int64)
@@ -377,8 +413,8 @@ def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets,
                     stats[2] += 1
                 else:
                     h1, h2 = murmur3_128(src, ks, kl)
-                    home, rem = _split(h1, h2, k)
-                    found = _lookup(tags, offs, mask, home, rem)
+                    home, rem = _slot(h1, h2, n)
+                    found = _lookup(tags, offs, n, home, rem)
                     if found >= 0 and offset < map_base + found:
                         keep = False
                     elif vl < 0 and has_horizon[b] and now >= horizon[b]:
@@ -415,9 +451,9 @@ def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets,
         o_start[b] = q
         for j in range(nk):
             if nbt == base_ts[b]:  # same base timestamp: the record's bytes are unchanged
-                n = r_end[j] - r_begin[j]
-                copy_bytes(out, q, src, r_begin[j], n)
-                q += n
+                size = r_end[j] - r_begin[j]
+                copy_bytes(out, q, src, r_begin[j], size)
+                q += size
             else:
                 delta = r_ts[j] - nbt
                 tail = r_end[j] - r_od[j]

@@ -1,10 +1,11 @@
 """Cleaner: compact one log by key, as Kafka's LogCleaner does (cleanup.policy=compact).
 
-Pass 1 maps key -> latest offset over the dirty range [first dirty, first uncleanable) into a
-SkimpyOffsetMap; if the keys do not all fit, only the prefix of batches that fit is mapped and the
-rest stays dirty. Pass 2 rewrites every segment from the log's first up to the mapped end, in groups
-of adjacent segments that fit segment.bytes and the index limits, keeping a record iff no newer
-offset is mapped for its key. Tombstones keep a delete horizon (KIP-534): the first cleaning that
+Pass 1 counts the keys of the dirty range [first dirty, first uncleanable) (HyperLogLog) to size
+one SkimpyOffsetMap table, then maps key -> latest offset over the range into it; if the keys do
+not all fit, only the prefix of batches that fit is mapped and the rest stays dirty. Pass 2
+rewrites every segment from the log's first up to the mapped end, in groups of adjacent segments
+that fit segment.bytes and the index limits, keeping a record iff no newer offset is mapped for its
+key. Tombstones keep a delete horizon (KIP-534): the first cleaning that
 keeps one stamps its batch (attributes bit 6, baseTimestamp = now + delete.retention.ms); a later
 cleaning past the horizon drops it. Records without a key are kept (Kafka rejects them on compacted
 topics at produce time and its cleaner discards them; this engine accepts them, so it keeps them).
@@ -33,7 +34,8 @@ from .index_planner import plan_index_entries
 from .log import Log
 from .log_loader import LOCK_FILE
 from .log_segment import INT32_MAX, LogSegment
-from .offset_map import DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, SkimpyOffsetMap
+from .offset_map import (DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, KeyCounter,
+                         SkimpyOffsetMap)
 from .records import record_batch as rb
 from .records.record_batch import as_uint8, scan_batches, validate_batches
 from .throttler import UNLIMITED, Throttler
@@ -101,10 +103,10 @@ class CleanResult:
     records_dropped: int = 0
     tombstones_dropped: int = 0
     keyless_kept: int = 0
-    bytes_read: int = 0  # by both passes
+    bytes_read: int = 0  # by all passes (key count, map, filter)
     bytes_written: int = 0
-    map_bytes: int = 0
-    map_peak_bytes: int = 0
+    map_bytes: int = 0  # the offset map's table
+    map_peak_bytes: int = 0  # the most the map (and its key counter) held at once
     map_full: bool = False  # the dirty range had more keys than fit: only a prefix was cleaned
     groups: list = field(default_factory=list)  # (new base offset, replaced base offsets) per swap
     duration_s: float = 0.0
@@ -209,8 +211,10 @@ class Cleaner:
 
     # ------------------------------------------------------------------ pass 1
     def _build_offset_map(self, log: Log, omap: SkimpyOffsetMap, start: int, end: int, res: CleanResult):
-        """Map the dirty range; returns (end of the mapped range, whether the map filled up first)."""
+        """Map the dirty range; returns (end of the mapped range, whether the map filled up first).
+        The map's one table is sized from a HyperLogLog count of the range's keys first."""
         limit = start + MAX_RELATIVE_OFFSET
+        omap.reserve(self._estimate_keys(log, omap, start, end, res))
         for seg in log.segments_in_range(start, end):
             if seg is log.active_segment:
                 break
@@ -222,10 +226,38 @@ class Cleaner:
                 return omap.latest_offset + 1, True
         return end, False
 
-    def _map_segment(self, log, seg, omap, start, end, limit, res) -> bool:
+    def _estimate_keys(self, log: Log, omap: SkimpyOffsetMap, start: int, end: int, res: CleanResult) -> int:
+        """Distinct keys pass 1 would map (HyperLogLog: one more read and hash of the range); stops
+        early once they pass what the dedupe buffer holds. Only sizes the map: a low count is safe."""
+        counter = KeyCounter()
+        omap.note_peak(counter.memory_bytes)
+        limit = start + MAX_RELATIVE_OFFSET
+        for seg in log.segments_in_range(start, end):
+            if seg is log.active_segment:
+                break
+            try:
+                for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res):
+                    if fits.size:
+                        h = chunk.scan.headers
+                        src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
+                        _, err, _, eb = K.hll_batches(
+                            src, a0, a1, h["record_count"][fits].astype(np.int64),
+                            h["last_offset_delta"][fits].astype(np.int64), h["base_offset"][fits].astype(np.int64),
+                            mappable, np.int64(start), counter.registers)
+                        if err:
+                            raise framing_error(chunk, int(fits[eb]), err)
+                    if fits.size < idx.size or counter.estimate() > omap.capacity:
+                        return counter.estimate()
+            finally:
+                seg.release_readers()
+        return counter.estimate()
+
+    def _dirty_chunks(self, log, seg, start, end, limit, res):
+        """(chunk, idx, fits, mappable) of a segment's validated chunks from `start`: idx its batches
+        in [start, end), fits those whose offsets fit the map (below limit), mappable: fits' data batches."""
         found = seg.translate_offset(start) if seg.base_offset < start else (None, 0)
         if found is None:
-            return False
+            return
         for chunk in seg.iter_chunks(found[1]):
             self._validate(chunk, res)
             scan = chunk.scan
@@ -233,9 +265,17 @@ class Cleaner:
             lasts = scan.last_offsets
             idx = np.flatnonzero((lasts >= start) & (bases < end))
             fits = idx[lasts[idx] < limit]
+            attrs = scan.headers["attributes"][fits].astype(np.int64)
+            yield chunk, idx, fits, (attrs & (rb.CONTROL_FLAG_MASK | rb.TRANSACTIONAL_FLAG_MASK)) == 0
+            if len(bases) and bases[-1] >= end:
+                break
+
+    def _map_segment(self, log, seg, omap, start, end, limit, res) -> bool:
+        for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res):
+            scan = chunk.scan
+            bases = scan.headers["base_offset"].astype(np.int64)
+            lasts = scan.last_offsets
             if fits.size:
-                attrs = scan.headers["attributes"][fits].astype(np.int64)
-                mappable = (attrs & (rb.CONTROL_FLAG_MASK | rb.TRANSACTIONAL_FLAG_MASK)) == 0
                 src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
                 done, _, err, _, eb = omap.put_batches(
                     src, a0, a1, scan.headers["record_count"][fits].astype(np.int64),
@@ -253,8 +293,6 @@ class Cleaner:
                         f"{omap.capacity} keys) cannot hold the keys of the batch at offset "
                         f"{int(bases[idx[fits.size]])}; raise it to clean this log")
                 return True
-            if len(bases) and bases[-1] >= end:
-                break
         return False
 
     # ------------------------------------------------------------------ pass 2
@@ -363,10 +401,10 @@ class Cleaner:
         base_ts = h["base_timestamp"][data].astype(np.int64)
         has_h = (h["attributes"][data].astype(np.int64) & rb.DELETE_HORIZON_FLAG_MASK) != 0
         out = np.empty(int((a1 - a0).sum() + K.MAX_REFRAME_GROWTH * counts.sum()), np.uint8)
-        tags, offs, bits = rnd.omap.tables
+        tags, offs, slots = rnd.omap.tables
         sts, o0, o1, kept, mts, nbase, stats, err, _, eb = K.filter_batches(
             src, a0, a1, counts, h["last_offset_delta"][data].astype(np.int64), h["base_offset"][data].astype(np.int64),
-            base_ts, has_h, base_ts, may_stamp, tags, offs, bits, np.int64(rnd.omap.base_offset), np.int64(rnd.end),
+            base_ts, has_h, base_ts, may_stamp, tags, offs, slots, np.int64(rnd.omap.base_offset), np.int64(rnd.end),
             np.int64(rnd.now), np.int64(rnd.horizon), out)
         if err:
             raise framing_error(chunk, int(data[eb]), err)

@@ -17,7 +17,7 @@ from storage.cleaner import Cleaner, CleanerConfig
 from storage.errors import InvalidConfigError
 from storage.log_cleaner_manager import LogCleanerManager, log_to_clean
 from storage.log_manager import LogManager
-from storage.offset_map import SkimpyOffsetMap
+from storage.offset_map import KeyCounter, SkimpyOffsetMap
 from storage.records import record_batch as rb
 from storage.records.record_batch import scan_batches
 from storage.throttler import Throttler
@@ -443,6 +443,79 @@ def test_full_offset_map_cleans_a_prefix_and_leaves_the_rest_dirty(root):
         assert all(o in offsets for o, _ in written if o >= res.end_offset)  # not yet mapped: untouched
     assert ends == sorted(ends) and len(ends) > 3
     assert [r[0] for r in parsed_records(lm)] == sorted(latest.values())
+
+
+def test_key_counter_estimates_distinct_keys():
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 50, 3000, 40_000, 300_000):
+        keys = [b"k%d" % i for i in rng.integers(0, 2**40, n)]
+        counter = KeyCounter()
+        counter.add_keys(keys + keys[: n // 2])  # repeats do not count
+        exact = len(set(keys))
+        assert abs(counter.estimate() - exact) <= max(1, 0.04 * exact), (n, counter.estimate(), exact)
+
+
+def _keyed_log(root, keys: int, records: int):
+    """A rolled log of `records` records over exactly `keys` distinct keys (built with our encoder)."""
+    import pyarrow as pa
+
+    from storage.records.builder import build_records
+    lm = make(root, segment_bytes=8 * 1024 * 1024)
+    rng = np.random.default_rng(keys)
+    ids = np.concatenate([np.arange(keys), rng.integers(0, keys, records - keys)])
+    rng.shuffle(ids)
+    with lm.open_log(TP, writable=True) as log:
+        for i in range(0, records, 200_000):
+            part = ids[i:i + 200_000]
+            table = pa.table({"key": pa.array([b"key-%09d" % k for k in part.tolist()]),
+                              "value": pa.array([b"v"] * len(part)),
+                              "timestamp": pa.array(np.full(len(part), 1000), pa.int64())})
+            log.append(build_records(table))
+        log.roll()
+    return lm
+
+
+@pytest.mark.parametrize("keys", [2_000, 10_000, 100_000, 1_000_000])
+def test_offset_map_takes_at_most_16_bytes_per_key(root, keys):
+    lm = _keyed_log(root, keys, keys + keys // 4)
+    res = LogCleanerManager(lm).clean_partition(TP, 9000, force=True)
+    assert res.ok, res.error
+    assert not res.map_full and res.keys == keys
+    assert res.records_dropped == keys // 4  # every key kept once: the map held them all, apart
+    assert res.map_bytes <= res.map_peak_bytes
+    assert res.map_bytes / keys <= 16 and res.map_peak_bytes / keys <= 16, (res.map_bytes, res.map_peak_bytes)
+
+
+@pytest.mark.parametrize("estimate", [0, 400])
+def test_a_low_key_estimate_cleans_a_prefix_and_stays_correct(root, monkeypatch, estimate):
+    """The map is sized from the estimate alone; far too low, it fills and each run cleans a prefix
+    (a first batch larger than the table reallocates it within the budget)."""
+    monkeypatch.setattr(Cleaner, "_estimate_keys", lambda self, *a: estimate)
+    lm = make(root, segment_bytes=20_000)
+    written = []
+    for rnd in range(2):
+        for j in range(0, 900, 300):  # 900 keys twice, 300 a batch: more than the smallest table holds
+            recs = [(1000 + rnd, b"key-%04d" % k, b"r%d" % rnd, []) for k in range(j, j + 300)]
+            base = append(lm, recs, "zstd" if j % 600 else "none")
+            written.extend((base + i, r) for i, r in enumerate(recs))
+    roll(lm)
+    latest = {r[1]: off for off, r in written}
+    final_end = written[-1][0] + 1
+    mgr = LogCleanerManager(lm)
+    runs = 0
+    while True:
+        res = mgr.clean_partition(TP, 9000, force=True)
+        assert res.ok, res.error
+        runs += 1
+        offsets = [r[0] for r in parsed_records(lm)]
+        assert set(latest.values()) <= set(offsets)
+        assert all(o in offsets for o, _ in written if o >= res.end_offset)
+        if res.end_offset == final_end:
+            break
+        assert res.map_full and res.keys < 900
+    assert runs > 1
+    got = parsed_records(lm)
+    assert [(r[0], r[2], r[3]) for r in got] == sorted((o, r[1], r[2]) for o, r in written if latest[r[1]] == o)
 
 
 def test_a_failing_partition_is_reported_and_retried_while_others_are_cleaned(root):
