@@ -322,15 +322,7 @@ class Log:
             self._segments.append(seg)
             self._bases.append(base)
             return seg
-        if active.size == 0:
-            # an empty active segment at an older base offset: replace it (Kafka deletes and recreates)
-            active.delete()
-            self._segments.pop()
-            self._bases.pop()
-        else:
-            active.on_become_inactive()
-            active.close()
-            active.rolled = True
+        self._retire_active_segment()
         if self._bases and base <= self._bases[-1]:
             raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
                                     f"segment {self._bases[-1]} exists")
@@ -340,6 +332,19 @@ class Log:
         self._segments.append(seg)
         self._bases.append(base)
         return seg
+
+    def _retire_active_segment(self) -> None:
+        """Before a new segment: an empty active segment goes (Kafka deletes and recreates it), a
+        non-empty one rolls (final time index entry, trimmed indexes)."""
+        active = self.active_segment
+        if active.size == 0:
+            active.delete()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            active.on_become_inactive()
+            active.close()
+            active.rolled = True
 
     def adopt_segments(self, staged: list[StagedSegment]) -> LogAppendInfo:
         """Append whole segments a staging Log wrote (offsets from 0, indexes built): roll, patch each
@@ -363,15 +368,7 @@ class Log:
             if self.fs.size(src) != s.size:
                 raise KafkaStorageError(f"staged segment {self.fs.url(src)} holds {self.fs.size(src)} bytes, its "
                                         f"commit message says {s.size}; nothing was appended")
-        active = self.active_segment
-        if active.size == 0:
-            active.delete()  # an empty active segment gives way, as in roll()
-            self._segments.pop()
-            self._bases.pop()
-        else:
-            active.on_become_inactive()
-            active.close()
-            active.rolled = True
+        self._retire_active_segment()
         for s in staged:
             base = first + s.base_offset
             names = [(segment_file_name(s.base_offset, sfx), segment_file_name(base, sfx))
