@@ -13,16 +13,15 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from .errors import (
-    ConcurrentAppendError, CorruptIndexError, CorruptRecordError, InvalidTimestampError, KafkaStorageError,
-    OffsetOutOfRangeError, RecordTooLargeError,
-)
+from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
 from .immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
+from .log_validator import (
+    assign_offsets, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
+)
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
-from .records import record_batch as rb
-from .records.record_batch import BatchScan, CompressionType, scan_batches, validate_batches
+from .records.record_batch import BatchScan
 from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name,
 )
@@ -142,19 +141,17 @@ class Log:
         self._require_writable()
         now = now_ms() if now is None else now
         buf = records if isinstance(records, bytearray) else bytearray(records)
-        scan = self._validate_input(buf)
+        where = f"append to {self.tp.topic}-{self.tp.partition}"
+        scan = validate_input(buf, self.max_batch_size, where)
         if not len(scan):
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
-        buf, scan = self._maybe_recompress(buf, scan)
-        self._check_timestamps(buf, scan, now)
-        base_offsets = self._assign_offsets(buf, scan)
+        buf, scan = maybe_recompress(buf, scan, self.config, where)
+        check_timestamps(buf, scan, self.config, now, where)
+        base_offsets = assign_offsets(buf, scan, self._next_offset)
         append_time = -1
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = now
-            sizes = scan.sizes
-            for i, p in enumerate(scan.positions):  # per batch: CRC must be recomputed
-                rb.set_log_append_time(buf, int(p), int(sizes[i]), now)
-            scan = scan_batches(buf, max_batch_size=self.max_batch_size)
+            scan = stamp_log_append_time(buf, scan, now, self.max_batch_size)
         if self.immutable:
             self._append_object(buf, scan)
         else:
@@ -168,77 +165,6 @@ class Log:
         self._maybe_flush(now)
         return LogAppendInfo(int(base_offsets[0]), int(last_offsets[-1]), int(max_ts[j]), int(last_offsets[j]),
                              len(scan), n_records, scan.end, append_time)
-
-    def _validate_input(self, buf: bytearray) -> BatchScan:
-        scan = scan_batches(buf, max_batch_size=self.max_batch_size)
-        where = f"append to {self.tp.topic}-{self.tp.partition}"
-        if scan.reason == rb.SCAN_BAD_LENGTH:
-            size = int.from_bytes(buf[scan.end + 8:scan.end + 12], "big", signed=True) + rb.LOG_OVERHEAD
-            if size > self.max_batch_size:
-                raise RecordTooLargeError(
-                    f"{where}: batch of {size} bytes at position {scan.end} exceeds max.message.bytes "
-                    f"({self.max_batch_size})")
-            raise CorruptRecordError(f"{where}: invalid batch length", source=where, position=scan.end)
-        if scan.end != len(buf):
-            raise CorruptRecordError(f"{where}: trailing partial batch", source=where, position=scan.end)
-        validate_batches(buf, scan, source=where, check_offsets=False)
-        return scan
-
-    def _maybe_recompress(self, buf: bytearray, scan: BatchScan) -> tuple[bytearray, BatchScan]:
-        target = self.config.compression_type
-        if target == "producer":
-            return buf, scan
-        codec = CompressionType.for_name(target)
-        codecs = scan.headers["attributes"] & rb.COMPRESSION_CODEC_MASK
-        if np.all(codecs == int(codec)):
-            return buf, scan
-        from .records.builder import build_batch
-        from .records.decoder import decode_batches
-
-        out = bytearray()
-        whole = BatchChunk(memoryview(buf), scan, 0, "append")
-        for i in range(len(scan)):  # per batch: producer fields are kept batch by batch
-            one = select_batches(whole, i, i + 1)
-            h = scan.header(i)
-            records = decode_batches(one.buf, scan=one.scan, max_message_bytes=self.max_batch_size,
-                                     skip_control=False)
-            out += build_batch(records, compression=codec, base_offset=h.base_offset,
-                               timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                               producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                               partition_leader_epoch=h.partition_leader_epoch,
-                               is_transactional=h.is_transactional, delete_horizon_ms=h.delete_horizon_ms,
-                               now_ms=h.max_timestamp)
-        return out, self._validate_input(out)
-
-    def _check_timestamps(self, buf: bytearray, scan: BatchScan, now: int) -> None:
-        """Kafka's LogValidator bounds on CreateTime timestamps, checked only when the topic sets them."""
-        bounds = self.config.create_time_bounds(now)
-        if bounds is None:
-            return
-        from .records.decoder import decode_batches
-
-        records = decode_batches(bytes(buf), scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
-        ts = records.column("timestamp").to_numpy()
-        bad = np.flatnonzero((ts < bounds[0]) | (ts > bounds[1]))
-        if bad.size:
-            i = int(bad[0])
-            raise InvalidTimestampError(
-                f"append to {self.tp.topic}-{self.tp.partition}: timestamp {int(ts[i])} of record {i} of the append "
-                f"is out of range; it must be within [{bounds[0]}, {bounds[1]}] "
-                f"(message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
-
-    def _assign_offsets(self, buf: bytearray, scan: BatchScan) -> np.ndarray:
-        """Patch baseOffset (outside the CRC) and partitionLeaderEpoch of every batch, vectorized."""
-        counts = scan.headers["last_offset_delta"].astype(np.int64) + 1
-        bases = self._next_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
-        arr = np.frombuffer(buf, np.uint8)
-        cols = np.arange(8, dtype=np.int64)
-        arr[(scan.positions[:, None] + cols[None, :]).ravel()] = bases.astype(">i8").view(np.uint8)
-        cols = np.arange(4, dtype=np.int64) + rb.PARTITION_LEADER_EPOCH_OFFSET
-        arr[(scan.positions[:, None] + cols[None, :]).ravel()] = np.zeros(len(scan), ">i4").view(np.uint8)
-        scan.headers["base_offset"] = bases
-        scan.headers["partition_leader_epoch"] = 0
-        return bases
 
     def _append_runs(self, buf: bytearray, scan: BatchScan, now: int) -> None:
         """Group consecutive batches per segment, rolling where Kafka's shouldRoll would, and append each group.
