@@ -18,7 +18,7 @@ from .filesystem import LogFileSystem
 from .immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
 from .log_validator import (
-    assign_offsets, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
+    assign_offsets, check_built, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
 )
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .records.record_batch import BatchScan
@@ -131,18 +131,27 @@ class Log:
             raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: another writer appended since this log "
                                     f"was opened (ConcurrentAppendError); reopen it to append")
 
-    def append(self, records, *, now: int | None = None) -> LogAppendInfo:
+    def append(self, records, *, now: int | None = None, built: BatchScan | None = None) -> LogAppendInfo:
         """Append encoded batches (offsets in them are ignored): validate, assign offsets, roll, index.
 
         Batches are re-encoded only when the topic's compression.type differs from theirs, and stamped
-        with the append time when message.timestamp.type is LogAppendTime. A bytearray is taken over
-        and patched in place (offsets are assigned in it); anything else is copied first.
+        with the append time when message.timestamp.type is LogAppendTime. A bytearray or uint8 array
+        is taken over and patched in place (offsets are assigned in it); anything else is copied first.
+        `built` is the scan encode_records returned with these very bytes: framing and CRCs, which
+        that encoder just wrote, are then not checked again (only the batch size limit is).
         """
         self._require_writable()
         now = now_ms() if now is None else now
-        buf = records if isinstance(records, bytearray) else bytearray(records)
         where = f"append to {self.tp.topic}-{self.tp.partition}"
-        scan = validate_input(buf, self.max_batch_size, where)
+        if isinstance(records, bytearray) or (isinstance(records, np.ndarray) and records.dtype == np.uint8
+                                              and records.flags.writeable and records.flags.c_contiguous):
+            buf = records
+        else:
+            buf = bytearray(records)
+        if built is None:
+            scan = validate_input(buf, self.max_batch_size, where)
+        else:
+            scan = check_built(built, len(buf), self.max_batch_size, where)
         if not len(scan):
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         buf, scan = maybe_recompress(buf, scan, self.config, where)
@@ -317,8 +326,7 @@ class Log:
 
     def _maybe_flush(self, now: int) -> None:
         """Flush every append unless the topic sets flush.messages / flush.ms (no replicas to lean on)."""
-        overrides = self.config.overrides
-        if "flush.messages" in overrides or "flush.ms" in overrides:
+        if self.config.flush_overridden:
             due = (self._unflushed_messages >= self.config.flush_messages
                    or now - self._last_flush_ms >= self.config.flush_ms)
             if not due:

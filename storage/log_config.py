@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -356,6 +357,15 @@ class LogConfig:
     @property
     def overrides(self) -> dict[str, str]:
         """Keys set explicitly or differing from Kafka's default, as Kafka-style strings."""
+        return dict(self._overrides)
+
+    @property
+    def flush_overridden(self) -> bool:
+        """flush.messages or flush.ms is set: flush by them, not after every append."""
+        return "flush.messages" in self._overrides or "flush.ms" in self._overrides
+
+    @functools.cached_property
+    def _overrides(self) -> dict[str, str]:  # computed once: appends consult it (the config is immutable)
         out = {}
         for key in CONFIG_KEYS:
             value = getattr(self, key.attr)

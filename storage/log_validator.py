@@ -29,6 +29,21 @@ def validate_input(buf: bytearray, max_batch_size: int, where: str) -> BatchScan
     return scan
 
 
+def check_built(scan: BatchScan, size: int, max_batch_size: int, where: str) -> BatchScan:
+    """The scan an encoder handed over with its own bytes: it must cover them whole, each batch within
+    max.message.bytes (the bytes themselves are trusted: this process just wrote them)."""
+    if scan.end != size or scan.reason != rb.SCAN_OK:
+        raise CorruptRecordError(f"{where}: the encoder's scan covers {scan.end} of {size} bytes", source=where,
+                                 position=scan.end)
+    if len(scan):
+        sizes = scan.sizes
+        i = int(np.argmax(sizes))
+        if sizes[i] > max_batch_size:
+            raise RecordTooLargeError(f"{where}: batch of {int(sizes[i])} bytes at position {int(scan.positions[i])} "
+                                      f"exceeds max.message.bytes ({max_batch_size})")
+    return scan
+
+
 def maybe_recompress(buf: bytearray, scan: BatchScan, config: LogConfig, where: str) -> tuple[bytearray, BatchScan]:
     """Re-encode batches whose codec differs from the topic's compression.type (unless 'producer')."""
     target = config.compression_type

@@ -38,7 +38,7 @@ from .log_manager import LogManager
 from .log_segment import LogSegment, segment_settings
 from .partitioner import partition_for_keys
 from .producer_state import stamp_commit
-from .records.builder import build_records
+from .records.builder import encode_records
 from .records.record_batch import CompressionType, scan_batches
 from .topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
 
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 STAGED_PREFIX = ".kafkalog-staged-"
 APPEND_CHUNK_BYTES = 64 * 1024 * 1024  # the copy path appends at most this much at a time
+COALESCE_ROWS = 65536  # RecordStager routes and encodes rows this many at a time ...
+COALESCE_BYTES = 16 * 1024 * 1024  # ... or this much Arrow data, whichever comes first
 STAGED_MARKER = "task"  # in each staging directory: the task index; its mtime is the attempt's age
 ADOPT_MIN_BYTES = 16 * 1024 * 1024  # a staging log this big (or half a segment) is adopted, not copied
 STAGE_OBJECT_BYTES = 32 * 1024 * 1024  # immutable staging: a partition's batches become an object at this size
@@ -114,7 +116,7 @@ class _ObjectStaging:
         self.size = 0  # bytes staged in all
         self._chunks: list[bytes] = []
 
-    def append(self, data) -> None:
+    def append(self, data, built=None) -> None:
         self._chunks.append(bytes(data))
         self.pending += len(data)
         self.size += len(data)
@@ -165,6 +167,8 @@ class RecordStager:
         self._max_bytes: dict[str, int] = {}
         self._configs: dict[str, LogConfig] = {}
         self._null_keys = task_index  # spread null keys, starting at a different partition per task
+        self._pending: list = []  # rows queued by add(), not yet routed (see COALESCE_ROWS)
+        self._pending_rows = self._pending_bytes = self._rows_seen = 0
 
     def _topic_info(self, topic: str) -> tuple[int, int]:
         if topic not in self._partitions:
@@ -176,22 +180,41 @@ class RecordStager:
         return self._partitions[topic], self._max_bytes[topic]
 
     def add(self, table: pa.Table | pa.RecordBatch) -> None:
+        """Queue rows; they are routed and encoded COALESCE_ROWS at a time (Spark hands over 10k-row
+        batches, and the fixed cost per encode and append is worth spreading), at the latest by finish()."""
         if table.num_rows == 0:
             return
+        if self._pending and table.schema != self._pending[0].schema:
+            self._drain()
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
+        if self._pending_rows >= COALESCE_ROWS or self._pending_bytes >= COALESCE_BYTES:
+            self._drain()
+
+    def _drain(self) -> None:
+        if not self._pending:
+            return
+        parts = [t if isinstance(t, pa.Table) else pa.Table.from_batches([t]) for t in self._pending]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()
+        first_row = self._rows_seen
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        self._rows_seen += table.num_rows
         if "topic" in table.column_names:
             topics = table.column("topic")
             if self.topic is not None:
                 topics = pc.fill_null(topics, self.topic)
             elif topics.null_count:
                 i = int(np.flatnonzero(topics.is_null().to_numpy(zero_copy_only=False))[0])
-                raise InvalidConfigError(f"row {i} has a null topic and no 'topic' option is set")
+                raise InvalidConfigError(f"row {first_row + i} of the task's input has a null topic and no 'topic' "
+                                         f"option is set")
             for name in pc.unique(topics).to_pylist():  # per topic, not per row
                 mask = pc.equal(topics, name)
                 self._add_topic(table.filter(mask), name)
         else:
-            self._add_topic(table, self.topic)
+            self._add_topic(table, self.topic, first_row)
 
-    def _add_topic(self, table, topic: str) -> None:
+    def _add_topic(self, table, topic: str, first_row: int | None = None) -> None:
         num_partitions, max_bytes = self._topic_info(topic)
         n = table.num_rows
         if "partition" in table.column_names and table.column("partition").null_count < n:
@@ -201,7 +224,8 @@ class RecordStager:
                 zero_copy_only=False)))
             if bad.size:
                 i = int(bad[0])
-                raise InvalidConfigError(f"row {i}: partition {int(parts[i])} does not exist: topic '{topic}' has "
+                row = f"row {first_row + i} of the task's input" if first_row is not None else "a row"
+                raise InvalidConfigError(f"{row}: partition {int(parts[i])} does not exist: topic '{topic}' has "
                                          f"{num_partitions} partition(s)")
             missing = parts < 0
         else:
@@ -213,18 +237,19 @@ class RecordStager:
             parts[missing] = keyed
             nulls = int(pc.sum(keys.filter(pa.array(missing)).is_null()).as_py() or 0)
             self._null_keys += nulls
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
         cols = [c for c in ("key", "value", "timestamp", "headers") if c in table.column_names]
         body = table.select(cols)
-        for rows in np.split(order, bounds):
-            p = int(parts[rows[0]])
-            data = build_records(body.take(pa.array(rows)), compression=self.compression,
-                                 producer_id=self.writer_id, producer_epoch=0, max_batch_bytes=max_bytes)
-            self._write(topic, p, data, len(rows))
+        if n > 1 and (parts[1:] < parts[:-1]).any():  # one gather into partition order, then zero-copy slices
+            order = np.argsort(parts.astype(np.int16) if num_partitions <= 2**15 else parts, kind="stable")
+            parts = parts[order]  # (a stable sort of int16 is a radix sort)
+            body = body.take(pa.array(order))
+        starts = np.concatenate(([0], np.flatnonzero(parts[1:] != parts[:-1]) + 1, [n]))
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+            data, scan = encode_records(body.slice(a, b - a), compression=self.compression,
+                                        producer_id=self.writer_id, producer_epoch=0, max_batch_bytes=max_bytes)
+            self._write(topic, int(parts[a]), data, scan, b - a)
 
-    def _write(self, topic: str, partition: int, data: bytes, records: int) -> None:
+    def _write(self, topic: str, partition: int, data, scan, records: int) -> None:
         tp = TopicPartition(topic, partition)
         if tp not in self._logs:
             fs = self.lm.fs
@@ -247,7 +272,7 @@ class RecordStager:
                 staging.track_batches = True
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
-        staging.append(data)
+        staging.append(data, built=scan)
         self._logs[tp] = (staging, rows + records)
         if self._immutable:  # bound the task's memory: write out the biggest buffer when it holds too much
             held = [(st.pending, key) for key, (st, _) in self._logs.items()]
@@ -262,6 +287,7 @@ class RecordStager:
 
     def finish(self) -> StagedFile | None:
         """Close the staging logs (fsync the ones the commit will adopt); None when the task had no rows."""
+        self._drain()
         if not self._logs:
             return None
         parts = []
@@ -288,6 +314,7 @@ class RecordStager:
         return StagedFile(self.name, tuple(parts), self.task_index)
 
     def abort(self) -> None:
+        self._pending = []
         for staging, _ in self._logs.values():
             if isinstance(staging, _ObjectStaging):
                 continue

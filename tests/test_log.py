@@ -210,3 +210,53 @@ def test_log_append_time_stamps_batches_and_keeps_crc_valid(root):
     batches = kp_parse(seg_files(root, 0)[0])
     assert batches[0]["crc_ok"] and batches[0]["max_timestamp"] == 424242
     assert [r[1] for r in batches[0]["records"]] == [424242] * 3  # kafka-python applies LogAppendTime too
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_append_of_encoder_output_with_its_scan_writes_the_same_files(tmp_path, codec):
+    """Log.append(buf, built=scan) skips re-checking what encode_records just wrote; the files must be
+    byte-identical to the checked path's, and kafka-python must read them."""
+    import pyarrow as pa
+
+    from storage.records.builder import build_records, encode_records
+
+    table = pa.table({"key": [b"k%d" % i for i in range(3000)], "value": [b"v" * (i % 97) for i in range(3000)],
+                      "timestamp": pa.array(range(3000), pa.int64())})
+    roots = [str(tmp_path / "checked"), str(tmp_path / "built")]
+    for root, built in zip(roots, (False, True)):
+        lm = make(root, segment_bytes=40_000 if codec == "none" else 1_500, index_interval_bytes=700)
+        with lm.open_log(TP, writable=True) as log:
+            for a in range(0, 3000, 700):
+                part = table.slice(a, 700)
+                if built:
+                    buf, scan = encode_records(part, compression=codec, max_batch_bytes=9000, now_ms=5)
+                    log.append(buf, built=scan, now=10)
+                else:
+                    log.append(build_records(part, compression=codec, max_batch_bytes=9000, now_ms=5), now=10)
+    names = sorted(os.listdir(os.path.join(roots[0], "t-0")))
+    assert names == sorted(os.listdir(os.path.join(roots[1], "t-0"))) and len(names) > 6
+    for name in names:
+        with open(os.path.join(roots[0], "t-0", name), "rb") as f1, open(os.path.join(roots[1], "t-0", name), "rb") as f2:
+            assert f1.read() == f2.read(), name
+    bases = sorted(int(n[:20]) for n in names if n.endswith(".log"))
+    got = all_records(roots[1], bases)
+    assert [r[0] for r in got] == list(range(3000))
+
+
+def test_append_with_a_scan_that_does_not_cover_the_bytes_is_refused(root):
+    import pyarrow as pa
+
+    from storage.errors import CorruptRecordError
+    from storage.records.builder import encode_records
+
+    lm = make(root, max_message_bytes=2000)
+    table = pa.table({"value": [b"x" * 100] * 40})
+    with lm.open_log(TP, writable=True) as log:
+        buf, scan = encode_records(table, max_batch_bytes=1500)
+        with pytest.raises(CorruptRecordError, match="covers"):
+            log.append(buf[:-1].copy(), built=scan)
+        big, big_scan = encode_records(table, max_batch_bytes=100_000)
+        with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+            log.append(big, built=big_scan)
+        assert log.log_end_offset == 0
+        assert log.append(buf, built=scan).num_records == 40

@@ -306,6 +306,7 @@ def producer_fields(log_bytes):
 
 def test_commit_is_one_object_per_partition_carrying_writer_and_batch(monkeypatch):
     monkeypatch.setattr(staged_commit, "STAGE_OBJECT_BYTES", 300)  # several staging objects per partition
+    monkeypatch.setattr(staged_commit, "COALESCE_ROWS", 10)  # each add() encoded on its own
     lm = manager(partitions=2)
     files = [stage(lm, 77, 0, 60, task=0, max_batch_bytes=200), stage(lm, 77, 60, 100, task=1, max_batch_bytes=200)]
     assert max(len(p.segments) for f in files for p in f.partitions) > 1

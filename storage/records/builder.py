@@ -26,7 +26,9 @@ from .record_batch import (
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    SCAN_OK,
     TRANSACTIONAL_FLAG_MASK,
+    BatchScan,
     CompressionType,
     TimestampType,
 )
@@ -169,7 +171,7 @@ def _prepare(table, now_ms):
 
 def _encode(table, *, compression, base_offset, timestamp_type, producer_id, producer_epoch,
             base_sequence, partition_leader_epoch, is_transactional, delete_horizon_ms, now_ms,
-            max_batch_bytes, split) -> bytes:
+            max_batch_bytes, split) -> tuple[np.ndarray, BatchScan]:
     compression = CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
     timestamp_type = TimestampType(timestamp_type)
     if is_transactional and producer_id == -1:
@@ -178,7 +180,7 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
         now_ms = int(time.time() * 1000)
     n, ts, (ks, kl, kd), (vs, vl, vd), (hstart, hcount, (hks, hkl, hkd), (hvs, hvl, hvd)) = _prepare(table, now_ms)
     if n == 0:
-        return b""
+        return _EMPTY_U8, BatchScan(np.zeros(0, np.int64), np.zeros(0, HEADER_DTYPE), 0, SCAN_OK)
     use_fixed = delete_horizon_ms is not None
     fixed_base = int(delete_horizon_ms) if use_fixed else 0
     body, rec_bytes, bounds, nb, err, row = K.plan_batches(ts, kl, vl, hstart, hcount, hkl, hvl, use_fixed, fixed_base,
@@ -232,7 +234,8 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
         crcs = np.fromiter((_crc32c.crc32c(view[a:b]) for a, b in  # one C call per batch
                             zip((pos[:-1] + ATTRIBUTES_OFFSET).tolist(), pos[1:].tolist())), np.uint32, nb)
         K.put_rows(out, pos[:-1] + CRC_OFFSET, crcs.astype(">u4").view(np.uint8).reshape(nb, 4))
-        return out.tobytes()
+        heads["crc"] = crcs
+        return out, BatchScan(pos[:-1], heads, int(pos[-1]), SCAN_OK)
 
     scratch = _scratch(int(cum[-1]))
     starts = cum[bounds[:-1]]
@@ -247,9 +250,13 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     tails = memoryview(head_bytes[:, ATTRIBUTES_OFFSET:].tobytes())  # CRC = crc32c(header tail + records)
     heads["crc"] = [_crc32c.crc32c(data, _crc32c.crc32c(tails[i * tail:(i + 1) * tail]))
                     for i, data in enumerate(compressed)]
-    rows = memoryview(head_bytes.tobytes())
-    w = RECORD_BATCH_OVERHEAD
-    return b"".join([part for i, data in enumerate(compressed) for part in (rows[i * w:(i + 1) * w], data)])
+    pos = np.concatenate(([0], np.cumsum(sizes + RECORD_BATCH_OVERHEAD)))
+    out = _scratch(int(pos[-1]))
+    K.put_rows(out, pos[:-1], head_bytes)
+    for i, data in enumerate(compressed):  # per batch
+        a = int(pos[i]) + RECORD_BATCH_OVERHEAD
+        out[a:a + int(sizes[i])] = np.frombuffer(data, np.uint8)
+    return out, BatchScan(pos[:-1], heads, int(pos[-1]), SCAN_OK)
 
 
 def build_records(table, *, compression=CompressionType.NONE, base_offset=0,
@@ -261,6 +268,20 @@ def build_records(table, *, compression=CompressionType.NONE, base_offset=0,
     Rows are split so that each batch's uncompressed size is <= max_batch_bytes; batch i gets
     baseOffset (and baseSequence, unless -1) advanced by the rows before it. Empty input -> b"".
     """
+    return encode_records(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
+                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
+                          partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
+                          delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
+                          max_batch_bytes=max_batch_bytes)[0].tobytes()
+
+
+def encode_records(table, *, compression=CompressionType.NONE, base_offset=0,
+                   timestamp_type=TimestampType.CREATE_TIME, producer_id=-1, producer_epoch=-1,
+                   base_sequence=-1, partition_leader_epoch=-1, is_transactional=False,
+                   delete_horizon_ms=None, now_ms=None,
+                   max_batch_bytes=DEFAULT_MAX_BATCH_BYTES) -> tuple[np.ndarray, BatchScan]:
+    """build_records without the copy to bytes: the encoded buffer (a writable uint8 array) and its
+    BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs."""
     if max_batch_bytes < RECORD_BATCH_OVERHEAD:
         raise ValueError(f"max_batch_bytes {max_batch_bytes} is below the batch header size {RECORD_BATCH_OVERHEAD}")
     return _encode(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
@@ -279,4 +300,4 @@ def build_batch(table, *, compression=CompressionType.NONE, base_offset=0,
                    producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
                    partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
                    delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
-                   max_batch_bytes=_NO_SPLIT_LIMIT, split=False)
+                   max_batch_bytes=_NO_SPLIT_LIMIT, split=False)[0].tobytes()
