@@ -10,6 +10,11 @@ micro-batch, --batches micro-batches, streamed back with maxFilesPerTrigger=P. R
 timestamp. "noop" (Spark's no-op sink) is the cost of the input alone; "python noop" is a Python
 data source sink that drops the Arrow batches it gets: what any Python sink pays before writing a byte.
 
+With --s3 only the kafkalog sink runs, once, into s3://… on moto's S3 server started in this process
+(tests/s3_server.py; Spark's workers reach it over HTTP through `fs.*` options), and the figures are the
+server's request counts per commit (one commit per micro-batch), not speed:
+    python benchmarks/sink.py --s3 --source files --rows 200000 --batches 5 --input-partitions 2
+
 Each sink runs once to warm up (Python workers, numba's cache, the JIT), then R rounds run every sink
 in turn (so a burst of load elsewhere hits all of them); a figure is the best of its R runs, timed
 from start() to awaitTermination(). "cpu s" is the CPU time of Spark's JVM and Python workers during
@@ -27,6 +32,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # s3_lookup (the --s3 run's server)
 # Spark's Python workers (the kafkalog writer runs in them) must run this interpreter.
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -174,6 +180,54 @@ class Bench:
         return elapsed, cpu, others, size
 
 
+def run_s3(spark, args, work: str) -> None:
+    """The kafkalog sink into S3 (moto's server in this process): requests per commit, by kind."""
+    from collections import Counter
+
+    from s3_lookup import spark_fs_options, start_server, summary
+
+    from storage.log_manager import LogManager
+
+    server, bucket = start_server()
+    try:
+        bench = Bench(spark, args, work)
+        url = f"s3://{bucket}/sink"
+        ckpt = os.path.join(work, "ckpt-s3")
+        mark = server.log.mark()
+        q = (bench.stream().writeStream.format("kafkalog").options(**spark_fs_options(server))
+             .option("topic", TOPIC).option("partitions", args.topic_partitions).option("checkpointLocation", ckpt)
+             .trigger(availableNow=True).start(url))
+        q.awaitTermination()
+        if q.exception() is not None:
+            raise RuntimeError(f"kafkalog on S3 failed: {q.exception()}")
+        reqs = server.log.since(mark)
+        commits = sum(1 for p in q.recentProgress if p["numInputRows"])
+        lm = LogManager(url, server.storage_options)
+        written = 0
+        for tp in lm.partitions(TOPIC):
+            with lm.open_log(tp) as log:
+                written += log.log_end_offset - log.log_start_offset
+        if written != args.rows:
+            raise RuntimeError(f"kafkalog on S3 holds {written} records, the query read {args.rows} rows")
+        staging = [r for r in reqs if "/.kafkalog-staged-" in r.path]
+        rest = [r for r in reqs if "/.kafkalog-staged-" not in r.path]
+        segments = [r for r in rest if r.method == "PUT" and r.path.endswith(".log") and r.status == 200]
+        print(f"kafkalog on S3: {args.rows:,} rows, {commits} commit(s) (micro-batches) into {args.topic_partitions} "
+              f"partition(s), {args.input_partitions} task(s) per micro-batch, {len(segments)} segment objects")
+        print(f"  all requests:          {summary(reqs)}")
+        print(f"  staging objects:       {summary(staging)}")
+        print(f"  commits and metadata:  {summary(rest)}")
+        print(f"  per commit: {len(reqs) / commits:.1f} requests ({len(staging) / commits:.1f} for staging, "
+              f"{len(rest) / commits:.1f} for the commit and metadata); per partition commit "
+              f"{len(rest) / max(1, len(segments)):.1f}")
+        by_kind = Counter((r.method, r.path.rsplit(".", 1)[-1] if "." in r.path.rsplit("/", 1)[-1] else "list")
+                          for r in rest)
+        print("  commit requests by method and object kind:",
+              ", ".join(f"{m} {k}: {n}" for (m, k), n in sorted(by_kind.items())))
+    finally:
+        server.stop()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -186,6 +240,8 @@ def main(argv=None) -> None:
                         help="compressed pair(s) to compare (default zstd:snappy, parquet's default codec)")
     parser.add_argument("--no-compressed", action="store_true", help="only the uncompressed pair")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a fresh temp dir)")
+    parser.add_argument("--s3", action="store_true", help="only the kafkalog sink, into moto's S3 server in this "
+                                                         "process: requests per commit instead of speed")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -195,6 +251,13 @@ def main(argv=None) -> None:
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="kafkalog-sink-bench-", dir=args.dir)
+    if args.s3:
+        try:
+            run_s3(spark, args, work)
+        finally:
+            spark.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        return
     pairs = [("none", "uncompressed")]
     if not args.no_compressed:
         for pair in args.compressed or ["zstd:snappy"]:

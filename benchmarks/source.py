@@ -8,6 +8,11 @@ reads in turn (so a burst of load elsewhere hits both); a figure is the best of 
 is the CPU time of Spark's JVM and Python workers during the best run, steadier than wall time on a
 shared machine; "others" is the CPU every other process took meanwhile (rerun when it is not ~0).
 The bytes read by one startingTimestamp lookup are measured by benchmarks/timestamp_lookup.py.
+
+With --s3 (python benchmarks/source.py --s3 [ROWS]) the topic is written to s3://… on moto's S3 server
+started in this process (tests/s3_server.py; Spark's workers reach it through `fs.*` options) and the
+figures are the server's: requests and bytes of a whole read and of a startingTimestamp read, and
+whether any .log object was fetched whole. No parquet, no timing.
 """
 
 import os
@@ -77,7 +82,58 @@ def timed(fn, jvm_pid: int) -> tuple[float, float, float]:
     return wall, cpu, max(0.0, machine_busy_seconds() - busy0 - cpu)
 
 
+def write_topic(lm: LogManager, rows: int) -> None:
+    lm.create_topic("bench", PARTITIONS)
+    per = rows // PARTITIONS
+    for p in range(PARTITIONS):
+        with lm.open_log(TopicPartition("bench", p), writable=True) as log:
+            for lo in range(0, per, CHUNK):
+                log.append(build_records(chunk(p * per + lo, p * per + min(per, lo + CHUNK))))
+
+
+def main_s3(rows: int) -> None:
+    """Requests and bytes of spark.read.format("kafkalog") on S3 (moto's server in this process)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from s3_lookup import object_sizes, spark_fs_options, start_server, summary, whole_object_gets
+
+    server, bucket = start_server()
+    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench-s3")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        url = f"s3://{bucket}/source"
+        write_topic(LogManager(url, server.storage_options), rows)
+        sizes = object_sizes(server, url)
+        logs = [k for k in sizes if k.endswith(".log")]
+        print(f"{rows:,} records in {PARTITIONS} partitions on S3: {len(logs)} segment objects, "
+              f"{sum(sizes[k] for k in logs):,} bytes of .log")
+
+        def reader(**options):
+            return (spark.read.format("kafkalog").options(**spark_fs_options(server)).option("subscribe", "bench")
+                    .options(**options).load(url))
+
+        ts = 1_700_000_000_000 + rows // 2 + rows // (2 * PARTITIONS)  # inside partition 2 (and before 3)
+        for name, options in (("whole topic", {}),
+                              ("startingTimestamp", {"startingTimestamp": str(ts),
+                                                     "startingOffsetsByTimestampStrategy": "latest"})):
+            mark = server.log.mark()
+            n = reader(**options).count()
+            reqs = server.log.since(mark)
+            log_gets = [r for r in reqs if r.method == "GET" and r.path.endswith(".log")]
+            print(f"{name:18} {n:>10,} records: {summary(reqs)}; .log GETs {len(log_gets)} "
+                  f"({sum(r.body_bytes for r in log_gets):,} bytes), whole .log objects read: "
+                  f"{len(whole_object_gets(reqs, sizes))}")
+    finally:
+        spark.stop()
+        server.stop()
+
+
 def main():
+    if "--s3" in sys.argv[1:]:
+        args = [a for a in sys.argv[1:] if a != "--s3"]
+        main_s3(int(args[0]) if args else 400_000)
+        return
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench")

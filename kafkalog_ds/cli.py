@@ -14,11 +14,14 @@ Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage e
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 from typing import BinaryIO
+
+import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
@@ -63,7 +66,8 @@ def _offset(text: str):
         raise argparse.ArgumentTypeError(f"expected an offset, 'earliest' or 'latest', got {text!r}") from None
 
 
-ROOT_HELP = "the log dir (Kafka's log.dir): a local path, or a file:// or memory:// URL"
+ROOT_HELP = ("the log dir (Kafka's log.dir): a local path, or a file://, memory:// or object store URL "
+             "(s3://bucket/prefix, with --fs for its storage options)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("dump-log", help="print segment, index and time index files (kafka-dump-log.sh)",
                        description="Print .log, .index, .timeindex and .txnindex files as Kafka's DumpLogSegments.")
-    d.add_argument("files", nargs="*", metavar="FILE", help="files to dump (paths or file:// / memory:// URLs)")
+    d.add_argument("files", nargs="*", metavar="FILE",
+                   help="files to dump (paths or URLs: file://, memory://, s3://... with --fs)")
     d.add_argument("--files", dest="files_opt", action="append", default=[], metavar="FILE1,FILE2",
                    help="comma separated files, Kafka's form")
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
@@ -139,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})")
     d.add_argument("--max-bytes", type=_positive_int, default=NO_MAX_BYTES,
                    help="read at most this many bytes of each .log file")
+    _fs_option(d)
     d.set_defaults(func=cmd_dump_log, parser=d)
 
     s = sub.add_parser("describe", help="topics, partitions, offsets and segments of a log dir",
@@ -317,7 +323,29 @@ def cmd_dump_log(args, stdin, out, err) -> int:
                        verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
                        skip_record_metadata=args.skip_record_metadata, max_message_size=args.max_message_size,
                        max_bytes=args.max_bytes)
-    return dump_files(files, opts, out, err)
+    with _fsspec_defaults(files, storage_options_from_cli(args.fs)):
+        return dump_files(files, opts, out, err)
+
+
+@contextlib.contextmanager
+def _fsspec_defaults(urls: list[str], options: dict):
+    """dump-log opens each file by its URL: the --fs options become fsspec's configured defaults
+    (fsspec.config.conf) for those URLs' protocols while the files are dumped, then are taken back."""
+    if not options:
+        yield
+        return
+    protocols = {u.split("://", 1)[0] for u in urls if "://" in u} - {"file", "memory"}
+    saved = {p: fsspec.config.conf.get(p) for p in protocols}
+    try:
+        for p in protocols:
+            fsspec.config.conf[p] = {**(saved[p] or {}), **options}
+        yield
+    finally:
+        for p, v in saved.items():
+            if v is None:
+                fsspec.config.conf.pop(p, None)
+            else:
+                fsspec.config.conf[p] = v
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:

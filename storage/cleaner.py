@@ -54,10 +54,16 @@ class CleanerConfig:
     io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR  # log.cleaner.io.buffer.load.factor
     io_max_bytes_per_second: float = UNLIMITED  # log.cleaner.io.max.bytes.per.second
     lock_timeout_ms: int = 30_000  # wait for the partition lock at swap time, then give up (retried next run)
+    # object stores only (ours, not Kafka's): segments younger than this are not merged or cleaned
+    # (segment_merger.settled_bound), and the maintenance lease's TTL (maintenance_lease.py)
+    merge_min_age_ms: int = 60_000
+    lease_ttl_ms: int = 600_000
 
     KAFKA_NAMES = {"log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
                    "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
-                   "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second"}
+                   "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
+                   "kafkalog.segment.merge.min.age.ms": "merge_min_age_ms",
+                   "kafkalog.maintenance.lease.ttl.ms": "lease_ttl_ms"}
 
     def __post_init__(self):
         if not 0 < self.io_buffer_load_factor <= 1:
@@ -68,6 +74,10 @@ class CleanerConfig:
                 f"log.cleaner.io.max.bytes.per.second must be positive, got {self.io_max_bytes_per_second}")
         if self.lock_timeout_ms < 0:
             raise InvalidConfigError(f"lock timeout must be >= 0 ms, got {self.lock_timeout_ms}")
+        if self.merge_min_age_ms < 0:
+            raise InvalidConfigError(f"kafkalog.segment.merge.min.age.ms must be >= 0, got {self.merge_min_age_ms}")
+        if self.lease_ttl_ms < 1000:
+            raise InvalidConfigError(f"kafkalog.maintenance.lease.ttl.ms must be >= 1000, got {self.lease_ttl_ms}")
         SkimpyOffsetMap.check_memory(self.dedupe_buffer_size)
 
     @classmethod
@@ -79,7 +89,8 @@ class CleanerConfig:
                 raise InvalidConfigError(f"unknown cleaner setting {name!r}; known: {', '.join(cls.KAFKA_NAMES)}")
             attr = cls.KAFKA_NAMES[name]
             try:
-                kwargs[attr] = int(value) if attr == "dedupe_buffer_size" else float(value)
+                kwargs[attr] = int(value) if attr in ("dedupe_buffer_size", "merge_min_age_ms", "lease_ttl_ms") \
+                    else float(value)
             except (TypeError, ValueError):
                 raise InvalidConfigError(f"{name}: {value!r} is not a number") from None
         return cls(**kwargs)
@@ -135,6 +146,20 @@ class _SourceStats:
     bytes_written: int = 0
 
 
+@contextlib.contextmanager
+def _scratch_dir(log: Log):
+    """(filesystem, dir) for outputs when the log's store cannot append (None elsewhere)."""
+    if not log.immutable:
+        yield None
+        return
+    import tempfile
+
+    from .filesystem import LocalFileSystem
+
+    with tempfile.TemporaryDirectory(prefix="kafkalog-clean-") as tmp:
+        yield LocalFileSystem(), tmp
+
+
 def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
                            first_uncleanable_offset: int) -> list[list[LogSegment]]:
     """Kafka's groupSegmentsBySize: runs of adjacent segments whose total log, offset index and time
@@ -181,6 +206,8 @@ class Cleaner:
     def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None):
         self.config = config or CleanerConfig()
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
+        self.check = None  # immutable segments: re-checks the maintenance lease before each swap's commit point
+        self._scratch = None  # immutable segments: a local temp dir for the outputs being written
 
     def clean(self, log: Log, first_dirty_offset: int, first_uncleanable_offset: int, *,
               now_ms: int | None = None) -> CleanResult:
@@ -201,9 +228,10 @@ class Cleaner:
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
         rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
-        for group in group_segments_by_size(sources, log.config.segment_bytes, log.config.segment_index_bytes,
-                                            first_uncleanable_offset):
-            self._clean_group(rnd, group)
+        with _scratch_dir(log) as self._scratch:
+            for group in group_segments_by_size(sources, log.config.segment_bytes, log.config.segment_index_bytes,
+                                                first_uncleanable_offset):
+                self._clean_group(rnd, group)
         res.end_offset = end
         res.segments_after, res.bytes_after = len(log.segments), log.size
         res.duration_s = time.monotonic() - t0
@@ -320,6 +348,9 @@ class Cleaner:
             raise
 
     def _new_output(self, log: Log, base: int) -> LogSegment:
+        if self._scratch is not None:  # object store: built on local disk, then published whole
+            return LogSegment.create(self._scratch[0], self._scratch[1], base, file_suffix=CLEANED_FILE_SUFFIX,
+                                     **log.segment_kwargs())
         return LogSegment.create(log.fs, log.dir, base, file_suffix=CLEANED_FILE_SUFFIX, **log.segment_kwargs())
 
     def _clean_source(self, rnd: _Round, seg: LogSegment, out: LogSegment, *, may_overflow) -> _SourceStats | None:
@@ -436,10 +467,27 @@ class Cleaner:
             return
         out.on_become_inactive()
         out.close()
-        with self._partition_lock(log):
+        if self._scratch is not None:
             self._verify_unchanged(log, sources, rnd.mtimes)
-            log.replace_segments([out], sources)
+            self._publish(log, out, sources)
+        else:
+            with self._partition_lock(log):
+                self._verify_unchanged(log, sources, rnd.mtimes)
+                log.replace_segments([out], sources)
         rnd.res.groups.append((out.base_offset, tuple(s.base_offset for s in sources)))
+
+    def _publish(self, log: Log, out: LogSegment, sources: list[LogSegment]) -> None:
+        """Object store: the create-only swap of storage/segment_merger.py instead of renames under a lock."""
+        from .index import OffsetIndex, TimeIndex
+        from .segment_merger import publish_swap, replace_in_memory
+
+        data = out.fs.read(out.log_path)
+        off_rows = np.frombuffer(out.fs.read(out.offset_index.path), OffsetIndex.entry_dtype).copy()
+        time_rows = np.frombuffer(out.fs.read(out.time_index.path), TimeIndex.entry_dtype).copy()
+        nxt = int(scan_batches(data).last_offsets[-1]) + 1
+        out.delete()
+        publish_swap(log.fs, log.dir, out.base_offset, data, off_rows, time_rows, next_offset=nxt, check=self.check)
+        replace_in_memory(log, out.base_offset, len(data), sources, off_rows, time_rows)
 
     @staticmethod
     def _unchanged(log: Log, out: LogSegment, members: list[_SourceStats]) -> bool:
@@ -450,7 +498,7 @@ class Cleaner:
         if members[0].verbatim:
             return True
         out.flush(fsync=False)
-        return log.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
+        return out.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
 
     def _partition_lock(self, log: Log):
         if log.writable:

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import CorruptIndexError
-from .filesystem import Appender, LogFileSystem
+from .filesystem import Appender, FileReader, LogFileSystem
 from .records.record_batch import NO_TIMESTAMP
 from .topic_partition import DELETED_FILE_SUFFIX
 
@@ -28,6 +28,16 @@ class OffsetPosition(NamedTuple):
 class TimestampOffset(NamedTuple):
     timestamp: int
     offset: int
+
+
+def _holds_file(reader: FileReader) -> bool:
+    """Whether the reader keeps the file it opened (a local file descriptor, sized with fstat).
+
+    Only then does comparing its size with the listed one at open tell which file later reads get. A
+    reader by path (object stores) resolves the name on every ranged GET, so the check would cost a
+    HEAD per index object and pin nothing: the listing's size stands, and a read that comes back short
+    is reported (see _load)."""
+    return type(reader).size is not FileReader.size
 
 
 class AbstractIndex:
@@ -141,7 +151,7 @@ class AbstractIndex:
             reader = self.fs.open_reader(self.path + suffix)
         except FileNotFoundError:
             return  # a missing index fails on first use, as before
-        if not suffix and reader.size() != self.file_size and self._appender is None:
+        if not suffix and self._appender is None and _holds_file(reader) and reader.size() != self.file_size:
             try:
                 old = self.fs.open_reader(self.path + DELETED_FILE_SUFFIX)
             except FileNotFoundError:

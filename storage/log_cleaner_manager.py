@@ -10,6 +10,7 @@ checkpoint moves only after a cleaning's last swap, so a crash before it just cl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from .checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from .cleaner import Cleaner, CleanerConfig, CleanResult
 from .log import Log
 from .log_manager import ROOT_LOCK_FILE, LogManager
+from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS, settle_hint, settled_bound
 from .topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -59,9 +61,11 @@ class LogToClean:
         return overdue or self.cleanable_ratio > self.min_cleanable_ratio
 
 
-def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int) -> tuple[int, int, bool]:
+def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int,
+                      bound: int | None = None) -> tuple[int, int, bool]:
     """(first dirty offset, first uncleanable offset, checkpoint needs rewriting). A checkpoint below
-    the log start or past the log end is reset to the log start, as Kafka does."""
+    the log start or past the log end is reset to the log start, as Kafka does. `bound` caps the
+    uncleanable offset (object stores: segment_merger.settled_bound)."""
     start = log.log_start_offset
     force = False
     if checkpoint_offset is None:
@@ -73,6 +77,8 @@ def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int) -> t
     else:
         first_dirty = checkpoint_offset
     uncleanable = log.active_segment.base_offset
+    if bound is not None:
+        uncleanable = min(uncleanable, bound)
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for seg in log.non_active_segments_from(first_dirty):
@@ -91,9 +97,10 @@ def max_compaction_delay(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     return until - earliest if earliest < until else 0
 
 
-def log_to_clean(log: Log, checkpoint_offset: int | None, now_ms: int) -> tuple[LogToClean, bool]:
+def log_to_clean(log: Log, checkpoint_offset: int | None, now_ms: int,
+                 bound: int | None = None) -> tuple[LogToClean, bool]:
     """The LogToClean of a log, and whether its checkpoint entry must be rewritten."""
-    first_dirty, uncleanable, force = cleanable_offsets(log, checkpoint_offset, now_ms)
+    first_dirty, uncleanable, force = cleanable_offsets(log, checkpoint_offset, now_ms, bound)
     floor = log.non_active_segments_from(uncleanable)
     first_uncleanable = floor[0].base_offset if floor else log.active_segment.base_offset
     clean = sum(s.size for s in log.segments_in_range(-1, first_dirty))
@@ -106,9 +113,12 @@ def log_to_clean(log: Log, checkpoint_offset: int | None, now_ms: int) -> tuple[
 class LogCleanerManager:
     """Selection, the cleaner-offset-checkpoint under ROOT, and a run over every compacted log."""
 
-    def __init__(self, lm: LogManager, config: CleanerConfig | None = None, *, cleaner: Cleaner | None = None):
+    def __init__(self, lm: LogManager, config: CleanerConfig | None = None, *, cleaner: Cleaner | None = None,
+                 merge_min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS, check=None):
         self.lm = lm
         self.cleaner = cleaner or Cleaner(config)
+        self.cleaner.check = check  # object stores: the maintenance lease, re-checked before each swap
+        self.merge_min_age_ms = merge_min_age_ms  # object stores: see segment_merger.settled_bound
         self.checkpoint = OffsetCheckpointFile(lm.fs, lm.fs.join(lm.root, CLEANER_OFFSET_CHECKPOINT_FILE))
         self.last_errors: dict[TopicPartition, BaseException] = {}  # partitions cleanable_logs could not assess
 
@@ -117,10 +127,16 @@ class LogCleanerManager:
         return {TopicPartition(*k): v for k, v in self.checkpoint.read().items()}
 
     def update_checkpoint(self, tp: TopicPartition, offset: int | None) -> None:
-        """Set (or with None remove) a partition's first dirty offset; read-merge-write under the root lock."""
+        """Set (or with None remove) a partition's first dirty offset; read-merge-write under the root lock.
+
+        Without locks (object stores) the read-merge-write is unlocked and the file a hint: a lost
+        update puts another partition's entry back to an older, smaller offset (or drops a new one),
+        which only makes its next cleaning re-read data that was clean already."""
         fs = self.lm.fs
         fs.mkdirs(self.lm.root)
-        with fs.lock(fs.join(self.lm.root, ROOT_LOCK_FILE), timeout=60):
+        lock = (fs.lock(fs.join(self.lm.root, ROOT_LOCK_FILE), timeout=60) if fs.capabilities.locks
+                else contextlib.nullcontext())
+        with lock:
             cur = self.checkpoint.read()
             key = (tp.topic, tp.partition)
             if offset is None:
@@ -132,6 +148,13 @@ class LogCleanerManager:
             else:
                 cur[key] = int(offset)
             self.checkpoint.write(cur)
+
+    def _bound(self, log: Log, now_ms: int) -> int | None:
+        """Object stores: clean only settled segments, with the writer-state hint complete below them
+        (storage/segment_merger.py); None (no cap) elsewhere."""
+        if not log.immutable:
+            return None
+        return settle_hint(log, settled_bound(log, now_ms=now_ms, min_age_ms=self.merge_min_age_ms))
 
     # ------------------------------------------------------------------ selection
     def _compacted_logs(self) -> Iterable[tuple[TopicPartition, Log | None, BaseException | None]]:
@@ -171,7 +194,7 @@ class LogCleanerManager:
                 self.last_errors[tp] = err
                 continue
             try:
-                ltc, force = log_to_clean(lg, marks.get(tp), now)
+                ltc, force = log_to_clean(lg, marks.get(tp), now, self._bound(lg, now))
                 if force:
                     self.update_checkpoint(tp, ltc.first_dirty_offset)
             except Exception as e:  # noqa: BLE001
@@ -208,7 +231,7 @@ class LogCleanerManager:
         except Exception as e:  # noqa: BLE001
             return CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)
         try:
-            ltc, _ = log_to_clean(lg, self.checkpoints().get(tp), now)
+            ltc, _ = log_to_clean(lg, self.checkpoints().get(tp), now, self._bound(lg, now))
         except BaseException:
             lg.close()
             raise

@@ -6,9 +6,10 @@ indexes are rebuilt; batches from the recovery point on are validated and a torn
 Readers only look: they never change a file, and stop quietly at a tail still being written.
 
 On a filesystem without append or locks (immutable segments, see storage/immutable_segment.py)
-there is no lock, nothing to recover (every segment object is whole) and no leftover handling
-(`.cleaned`/`.swap` belong to a local cleaner holding the lock); a segment whose index objects
-are missing gets them rebuilt in memory, and written when the log is opened for writing.
+there is no lock, nothing to recover (every segment object is whole) and nothing is cleaned up: a
+committed `.log.swap` of the maintenance job is read in place of the segments it replaces (the job
+completes it, storage/segment_merger.py); a segment whose index objects are missing gets them rebuilt
+in memory, and written when the log is opened for writing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptIndexError, UnknownTopicOrPartitionError
+from .errors import CorruptIndexError, KafkaStorageError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
 from .immutable_segment import (
     check_exclusive_create, immutable_segments, invalidate_listings, next_offset_of, rebuild_indexes,
@@ -202,10 +203,14 @@ class LogLoader:
             for (base, suffix) in list(indexes):
                 if base not in logs:  # Kafka: an orphaned index file is deleted
                     self._remove(self.fs.join(self.dir, f"{base:020d}{suffix}"))
-        swap_view = self._reader_swap_view(files) if not self.writable and not immutable else {}
+        if immutable:
+            swap_view, ranges = self._object_swap_view(files)
+        else:
+            swap_view = self._reader_swap_view(files) if not self.writable else {}
+            if swap_view:
+                ranges = [(min(swap_view), max(s.read_next_offset() for s in swap_view.values()))]
         if swap_view:
-            lo, hi = min(swap_view), max(s.read_next_offset() for s in swap_view.values())
-            logs = {b: size for b, size in logs.items() if not lo <= b < hi}
+            logs = {b: size for b, size in logs.items() if not any(lo_ <= b < hi_ for lo_, hi_ in ranges)}
         segments = []
         for base in sorted(set(logs) | set(swap_view)):
             if base in swap_view:
@@ -240,6 +245,40 @@ class LogLoader:
                 seg.needs_rebuild = True  # no index: reads scan this segment
                 view[parsed.base_offset] = seg
         return view
+
+    def _object_swap_view(self, files: list[FileInfo]) -> tuple[dict[int, LogSegment], list[tuple[int, int]]]:
+        """Immutable segments: a committed `<base>.log.swap` (storage/segment_merger.py) replaces the live
+        segments in [base, its next offset) for every loader, readers and writers alike, until the
+        maintenance job completes it; nothing is changed here. Two overlapping swaps mean two
+        maintenance jobs at work: that is reported, not guessed at."""
+        sizes = {f.name: f.size for f in files if not f.is_dir}
+        view: dict[int, LogSegment] = {}
+        ranges = []
+        for name, size in sizes.items():
+            parsed = parse_segment_file(name)
+            if parsed is None or parsed.extra != SWAP_FILE_SUFFIX or parsed.suffix != LOG_FILE_SUFFIX or not size:
+                continue
+            base = parsed.base_offset
+            idx = sizes.get(name[: -len(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX)] + INDEX_FILE_SUFFIX + SWAP_FILE_SUFFIX, 0)
+            probe = LogSegment(self.fs, self.dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size,
+                               index_size=idx - idx % 8, time_index_size=0, **self._kwargs())
+            try:
+                nxt = next_offset_of(probe)  # validates the index entry it starts from
+            except FileNotFoundError:
+                continue  # completed since the listing
+            finally:
+                probe.release_readers()
+            seg = LogSegment(self.fs, self.dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size, index_size=0,
+                             time_index_size=0, **self._kwargs())
+            view[base] = seg  # no index entries: reads scan it (it is short-lived)
+            ranges.append((base, nxt))
+        ranges.sort()
+        for (b1, n1), (b2, _) in zip(ranges, ranges[1:]):
+            if b2 < n1:
+                raise KafkaStorageError(
+                    f"partition {self.tp.topic}-{self.tp.partition}: segment swaps at offsets {b1} and {b2} overlap in "
+                    f"{self.fs.url(self.dir)}: two maintenance jobs are at work on it; read again later")
+        return view, ranges
 
     def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
         """Rebuild indexes where needed and validate everything from the recovery point on."""

@@ -147,8 +147,17 @@ class LogManager:
     def _topic_file(self, topic: str) -> str:
         return self.fs.join(self.root, topic + TOPIC_FILE_SUFFIX)
 
+    def _list_log_dirs(self) -> None:
+        """On a store that caches listings (object stores), list each log dir once, so that the lookups of
+        topic files, partition directories and checkpoint files that follow are answered from that listing
+        instead of a HEAD (and, for a missing name, a LIST) each. Elsewhere a no-op: a local lookup is cheap."""
+        if getattr(self.fs, "invalidate_listings", None) is not None:
+            for d in self.log_dirs:
+                self.fs.listdir(d)
+
     def _topic_files(self, topic: str) -> list[str]:
         """The topic's metadata files that exist, first log dir first."""
+        self._list_log_dirs()
         paths = [self.fs.join(d, topic + TOPIC_FILE_SUFFIX) for d in self.log_dirs]
         return [p for p in paths if self.fs.exists(p)]
 
@@ -249,6 +258,7 @@ class LogManager:
     def _locate(self, tp: TopicPartition) -> str | None:
         """The partition's directory in whichever log dir holds it, or None."""
         name = partition_dir_name(tp)
+        self._list_log_dirs()
         found = [p for p in (self.fs.join(d, name) for d in self.log_dirs) if self.fs.isdir(p)]
         if len(found) > 1:
             raise KafkaStorageError(f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
@@ -292,10 +302,16 @@ class LogManager:
         meta = self._check_partition(tp)
         dir = self._locate(tp)
         if dir is None:
-            if not writable:
+            if writable:
+                dir = self._create_partition_dir(tp)
+            elif meta.persisted and self._topic_files(tp.topic):
+                # The topic file declares the partition, nothing was written to it yet: an empty log. On an
+                # object store this is the normal case (a prefix exists only once an object is under it).
+                # The topic file is looked up again so a topic deleted since topic() read it stays unknown.
+                dir = self.partition_dir(tp)
+            else:
                 raise UnknownTopicOrPartitionError(f"partition directory {self.url(self.partition_dir(tp))} "
                                                    f"does not exist")
-            dir = self._create_partition_dir(tp)
         files = self._checkpoints[self._log_dir_of_path(dir)]
         key = (tp.topic, tp.partition)
         recovery = files[RECOVERY_POINT_CHECKPOINT_FILE].read().get(key, 0)

@@ -124,8 +124,11 @@ def plan_deletion(log: Log, *, now_ms: int | None = None) -> list[tuple[int, str
 
 def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResult:
     """Apply the three passes to a writable Log (its holder has the partition lock). Segment files are renamed
-    to `.deleted`; the caller's close records the new log start offset in log-start-offset-checkpoint."""
+    to `.deleted`; the caller's close records the new log start offset in log-start-offset-checkpoint.
+    Immutable segments (object stores) go through delete_old_segment_objects, checkpoint first."""
     now = _now() if now_ms is None else now_ms
+    if log.immutable:
+        return delete_old_segment_objects(log, log._on_close or (lambda lg: None), now_ms=now)
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
     for reason, make in _passes(log.config, now):
         segs = log.segments
@@ -143,11 +146,81 @@ def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResu
     return result
 
 
+def delete_old_segment_objects(log: Log, record_log_start: Callable[[Log], None], *,
+                               now_ms: int | None = None) -> RetentionResult:
+    """Retention on immutable segments (object stores: no rename, no lock), on a reader's or writer's Log.
+
+    As Kafka orders it: the log start offset moves first and `record_log_start(log)` checkpoints it; then
+    each expired segment's objects are copied to `.deleted` twins (in-flight readers go on from them)
+    and deleted, `.log` objects first. Every step may be repeated: after a crash, a segment whose
+    objects survived sits below the checkpointed log start and the next pass deletes it again. The last
+    segment object always stays, even expired (the log end offset is read from it; the log start
+    offset then equals the log end offset, so nothing of it is readable)."""
+    now = _now() if now_ms is None else now_ms
+    result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
+    objects = [s for s in log.segments if s.size]
+    plan = plan_deletion(log, now_ms=now)
+    doomed_bases = {b for b, _ in plan}
+    k = 0
+    while k < len(objects) and objects[k].base_offset in doomed_bases:
+        k += 1
+    new_start = objects[k].base_offset if k < len(objects) else log.log_end_offset
+    doomed = objects[:min(k, len(objects) - 1)]
+    result.rolled = bool(objects) and k == len(objects)
+    if new_start > log.log_start_offset:
+        log.log_start_offset = new_start
+        log.recovery_point = max(log.recovery_point, new_start)
+        record_log_start(log)  # before any object goes: a crash leaves segments below it, deleted next time
+    delete_segment_objects(log.fs, log.dir, doomed, orphans_below=log.log_start_offset)
+    gone = {id(s) for s in doomed}
+    log._segments = [s for s in log._segments if id(s) not in gone]
+    log._bases = [s.base_offset for s in log._segments]
+    for base, reason in plan:
+        if any(s.base_offset == base for s in doomed):
+            result.reasons[reason] = result.reasons.get(reason, 0) + 1
+    result.deleted_base_offsets = [s.base_offset for s in doomed]
+    result.segments_deleted = len(doomed)
+    result.bytes_after = log.size
+    result.log_start_offset = log.log_start_offset
+    return result
+
+
+def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegment], *,
+                           orphans_below: int = -1) -> None:
+    """Copy each segment's objects to `.deleted` twins, then delete them (.log objects first, so no listing
+    shows an index without its log). Idempotent: a missing object is skipped. Index objects below
+    `orphans_below` whose .log is gone (a crash between the deletes) go the same way."""
+    from .segment_merger import _copy, _delete_many
+
+    logs, indexes = [], []
+    for seg in segments:
+        seg.release_readers()
+        for path in seg.files():
+            if _copy(fs, path, path + DELETED_FILE_SUFFIX):
+                (logs if path == seg.log_path else indexes).append(path)
+    names = {f.name for f in fs.listdir(dir) if not f.is_dir} if orphans_below > 0 else set()
+    for name in sorted(names):
+        p = parse_segment_file(name)
+        if p is not None and not p.extra and p.suffix != ".log" and p.base_offset < orphans_below \
+                and f"{p.base_offset:020d}.log" not in names:
+            path = fs.join(dir, name)
+            if path not in indexes and _copy(fs, path, path + DELETED_FILE_SUFFIX):
+                indexes.append(path)
+    _delete_many(fs, logs)
+    _delete_many(fs, indexes)
+
+
 def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
                                  now_ms: int | None = None) -> list[str]:
     """Remove the `.deleted` segment files in a partition directory whose modification time is at least
     `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
     now = _now() if now_ms is None else now_ms
+    listed = getattr(fs, "modified_times", None)  # object stores: times from one LIST, deletes batched
+    if listed is not None:
+        due = sorted(n for n, t in listed(dir).items() if now - t >= delay_ms
+                     and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX)
+        fs.delete_many([fs.join(dir, n) for n in due])
+        return due
     removed = []
     for f in fs.listdir(dir):
         parsed = parse_segment_file(f.name)

@@ -105,6 +105,7 @@ class ObjectStoreFileSystem(LogFileSystem):
         self._ttl = listing_ttl
         self._clock = clock
         self._listings: dict[str, tuple[float, list[FileInfo]]] = {}
+        self._versions: dict[str, Any] = {}  # object key -> its version when last listed (see open_reader)
         self._cache_guard = threading.Lock()
 
     @classmethod
@@ -190,6 +191,7 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     def _wrote(self, path: str) -> None:
         with self._cache_guard:
+            self._versions.pop(self._norm(path), None)  # our own write: the listed version is not current
             self._forget_parents(self._norm(path))
 
     # ------------------------------------------------------------------ reads
@@ -204,21 +206,42 @@ class ObjectStoreFileSystem(LogFileSystem):
             if lsdir is not None:  # one paginated LIST with delimiter '/', whatever the prefix holds
                 entries = fsspec.asyn.sync(self._fs.loop, lsdir, key, refresh=True)
             else:
-                entries = self._fs.ls(key, detail=True, refresh=True)
+                entries = self._ls(key)
         except FileNotFoundError:
             entries = []
         except Exception as e:
             raise self._fail("list", path, e)
         out = []
+        store = getattr(self._fs, "store", None) if self._backend.process_local else None
+        versions = {}
         for e in entries:
             name = self._fs._strip_protocol(e["name"]).rstrip("/")
             if name == key:  # the object itself (a file, or a zero-byte "dir marker")
                 continue
             out.append(FileInfo(self.basename(name), int(e.get("size") or 0), e.get("type") == "directory"))
+            if store is not None:
+                obj = store.get(name)
+                if obj is not None:
+                    versions[name] = ((obj, None), len(obj.getbuffer()))
+            elif self.protocol in ("s3", "s3a") and e.get("ETag"):
+                versions[name] = (e["ETag"], int(e.get("size") or 0))
+        with self._cache_guard:  # the version each listed object had: readers opened from it read that one
+            self._versions.update(versions)
         if self._ttl is None or self._ttl > 0:
             with self._cache_guard:
                 self._listings[key] = (self._clock(), out)
         return list(out)
+
+    def _ls(self, key: str) -> list[dict]:
+        """fsspec ls with details. The process-local memory store walks a dict that other threads change:
+        an object deleted mid-walk makes it fail, so it is walked again (a real store's LIST is one request)."""
+        for attempt in range(20):
+            try:
+                return self._fs.ls(key, detail=True, refresh=True)
+            except (KeyError, RuntimeError):
+                if not self._backend.process_local or attempt == 19:
+                    raise
+        return []  # not reached
 
     def _from_parent_listing(self, path: str) -> FileInfo | None | bool:
         """The cached parent listing's entry for path, None if absent there, False if nothing is cached."""
@@ -288,6 +311,75 @@ class ObjectStoreFileSystem(LogFileSystem):
         if hasattr(stamp, "timestamp"):
             return int(stamp.timestamp() * 1000)
         return int(float(stamp) * 1000)
+
+    def open_reader(self, path):
+        """A reader pinned to the object version it first sees (see PinnedObjectReader)."""
+        if not self.exists(path):
+            raise FileNotFoundError(errno.ENOENT, "open: not found", self.url(path))
+        from .object_reader import PinnedObjectReader
+
+        with self._cache_guard:
+            tag, size = self._versions.get(self._norm(path), (None, None))
+        return PinnedObjectReader(self, path, tag, size)
+
+    def modified_times(self, path) -> dict[str, int]:
+        """{name: modification time in ms} of the objects directly under `path`, from one fresh LIST."""
+        key = self._norm(path)
+        try:
+            entries = self._ls(key)
+        except FileNotFoundError:
+            return {}
+        except Exception as e:
+            raise self._fail("list", path, e)
+        out = {}
+        for e in entries:
+            if e.get("type") == "directory":
+                continue
+            stamp = e.get("LastModified") or e.get("mtime") or e.get("last_modified") or e.get("created")
+            if stamp is None:
+                continue
+            out[self.basename(self._fs._strip_protocol(e["name"]))] = (
+                int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000))
+        return out
+
+    def delete_many(self, paths) -> None:
+        """Delete objects (missing ones are fine) with batched requests (S3: DeleteObjects, 1000 a call)."""
+        keys = [self._norm(p) for p in paths]
+        if not keys:
+            return
+        try:
+            if len(keys) == 1:
+                self._fs.rm_file(keys[0])
+            else:
+                self._fs.rm(keys)
+        except FileNotFoundError:
+            for k in keys:  # a backend that refuses a batch with a missing key: one by one
+                self.delete(k)
+        except Exception as e:
+            raise self._fail(f"delete of {len(keys)} objects", paths[0], e)
+        finally:
+            for p in paths:
+                self._wrote(p)
+
+    def copy(self, src, dst) -> None:
+        """Server-side copy (S3 CopyObject): dst appears whole, with a fresh modification time.
+        S3: one CopyObject, no HEAD first (segment objects are < 2 GiB, far below its 5 GB limit)."""
+        try:
+            basic = getattr(self._fs, "_copy_basic", None) if self.protocol in ("s3", "s3a") else None
+            if basic is not None:
+                try:
+                    fsspec.asyn.sync(self._fs.loop, basic, self._norm(src), self._norm(dst))
+                    return
+                except FileNotFoundError:
+                    raise
+                except Exception as e:  # e.g. larger than a single CopyObject takes: the managed copy
+                    if _error_code(e) in ("NoSuchKey", "404"):
+                        raise FileNotFoundError(src) from None
+            self._fs.cp_file(self._norm(src), self._norm(dst))
+        except Exception as e:
+            raise self._fail(f"copy to {self.url(dst)}", src, e)
+        finally:
+            self._wrote(dst)
 
     # ------------------------------------------------------------------ writes
 

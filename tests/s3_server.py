@@ -8,17 +8,20 @@ Two additions over moto's ThreadedMotoServer (same app, same werkzeug server):
   so two concurrent conditional PUTs can both succeed (seen with moto 5.2.1 under forced thread
   switches); S3 decides them atomically, and the tests need S3's semantics.
 - A request log (method, key path, Range, status, body bytes) to count what a call really sent.
+- Injected faults (S3Server.add_fault): a matching request gets an S3 error instead of reaching moto,
+  optionally after being held until the test releases it (to kill a client between two writes).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import urllib.parse
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -62,6 +65,38 @@ class RequestLog:
         return items
 
 
+@dataclass
+class Fault:
+    """Requests whose method matches and whose /bucket/key path matches `path` (re.search) fail with
+    `status`/`code`, after the first `after` matches passed through, for `times` matches. With `hold`, a
+    failing request first waits (up to 120 s) for release(): `arrived` is set when one is held."""
+
+    method: str
+    path: str
+    status: int = 403
+    code: str = "AccessDenied"
+    after: int = 0
+    times: int = 1
+    hold: bool = False
+    seen: int = 0
+    failed: int = 0
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def _claims(self, method: str, path: str) -> bool:
+        """Called under the app's fault lock: whether this request is one to fail."""
+        if method != self.method or not re.search(self.path, path):
+            return False
+        self.seen += 1
+        if self.seen <= self.after or self.failed >= self.times:
+            return False
+        self.failed += 1
+        return True
+
+
 class _App:
     """Wraps moto's WSGI app: one object write at a time, and every request logged."""
 
@@ -69,6 +104,24 @@ class _App:
         self._app = app
         self._log = log
         self._writes = threading.Lock()
+        self.faults: list[Fault] = []
+        self._fault_guard = threading.Lock()
+
+    def _fault_for(self, method: str, path: str) -> Fault | None:
+        with self._fault_guard:
+            return next((f for f in self.faults if f._claims(method, path)), None)
+
+    def _fail(self, fault: Fault, environ, start_response):
+        if fault.hold:
+            fault.arrived.set()
+            fault.released.wait(120)
+        body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
+                f"<Message>injected by the test</Message></Error>").encode()
+        start_response(f"{fault.status} Injected", [("Content-Type", "application/xml"),
+                                                    ("Content-Length", str(len(body)))])
+        self._log.add(Request(environ.get("REQUEST_METHOD", ""), urllib.parse.unquote(environ.get("PATH_INFO", "")),
+                              environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE"), fault.status, len(body)))
+        return [body]
 
     def __call__(self, environ, start_response):
         status = []
@@ -78,6 +131,10 @@ class _App:
             return start_response(s, headers, exc_info)
 
         method = environ.get("REQUEST_METHOD", "")
+        if self.faults:
+            fault = self._fault_for(method, urllib.parse.unquote(environ.get("PATH_INFO", "")))
+            if fault is not None:
+                return self._fail(fault, environ, start_response)
         lock = self._writes if method in _MUTATING else _NoLock
         with lock:
             result = self._app(environ, capture)
@@ -116,6 +173,7 @@ class S3Server:
 
         self.log = RequestLog()
         app = _App(DomainDispatcherApplication(create_backend_app), self.log)
+        self._app = app
         self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_Quiet)
         host, port = self._server.server_address[:2]
         self.endpoint_url = f"http://{host}:{port}"
@@ -141,6 +199,19 @@ class S3Server:
 
         boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id=ACCESS_KEY,
                      aws_secret_access_key=SECRET_KEY, region_name=REGION).create_bucket(Bucket=name)
+
+    def add_fault(self, method: str, path: str, **kwargs) -> Fault:
+        """Fail matching requests from now on (see Fault); clear_faults() removes every fault."""
+        fault = Fault(method, path, **kwargs)
+        with self._app._fault_guard:
+            self._app.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._app._fault_guard:
+            for f in self._app.faults:
+                f.release()
+            self._app.faults.clear()
 
     def reset(self) -> None:
         """Drop every bucket and object (moto's reset API), then recreate the test bucket."""
@@ -173,3 +244,12 @@ def s3_server():
 def s3_root(s3_server):
     """(url, storage_options) of a fresh prefix in the test bucket: tests never see each other's keys."""
     return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_server.storage_options
+
+
+@pytest.fixture
+def s3_faults(s3_server):
+    """The session's S3Server, with every fault a test added removed (and held requests released) after it."""
+    try:
+        yield s3_server
+    finally:
+        s3_server.clear_faults()
