@@ -82,6 +82,16 @@ class PartitionReport:
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
 
 
+
+def _record_after(lm, tp, rep) -> None:
+    """Fill the report's after-state from a fresh reader of the partition."""
+    try:
+        with lm.open_log(tp) as log:
+            rep.bytes_after, rep.log_start_offset = log.size, log.log_start_offset
+            rep.recovery_point = max(log.log_start_offset, min(log.recovery_point, log.log_end_offset))
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"reopen: {type(e).__name__}: {e}")
+
 def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = None,
                        storage_options: dict | None = None, cleaner_settings: dict | None = None,
                        lease: MaintenanceLease | None = None, fs=None) -> PartitionReport:
@@ -130,12 +140,7 @@ def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = No
         rep.files_removed = len(lm.remove_expired_deleted_files(tp, now_ms=now))
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"delayed deletes: {type(e).__name__}: {e}")
-    try:
-        with lm.open_log(tp) as log:
-            rep.bytes_after, rep.log_start_offset = log.size, log.log_start_offset
-            rep.recovery_point = max(log.log_start_offset, min(log.recovery_point, log.log_end_offset))
-    except Exception as e:  # noqa: BLE001
-        rep.errors.append(f"reopen: {type(e).__name__}: {e}")
+    _record_after(lm, tp, rep)
     rep.duration_s = time.monotonic() - t0
     return rep
 
@@ -196,12 +201,7 @@ def _maintain_objects(lm: LogManager, tp: TopicPartition, rep: PartitionReport, 
         raise
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"merge: {type(e).__name__}: {e}")
-    try:
-        with lm.open_log(tp) as log:
-            rep.bytes_after, rep.log_start_offset = log.size, log.log_start_offset
-            rep.recovery_point = max(log.log_start_offset, min(log.recovery_point, log.log_end_offset))
-    except Exception as e:  # noqa: BLE001
-        rep.errors.append(f"reopen: {type(e).__name__}: {e}")
+    _record_after(lm, tp, rep)
 
 
 class _Progress:
