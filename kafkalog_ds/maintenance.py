@@ -83,6 +83,16 @@ class PartitionReport:
 
 
 
+def _record_cleaning(c, rep) -> None:
+    """Copy a compaction's outcome into the partition's report."""
+    if c.error:
+        rep.errors.append(f"compaction: {c.error}")
+    elif c.groups:
+        rep.cleaned = True
+        rep.keys_kept, rep.records_dropped, rep.tombstones_dropped = c.keys, c.records_dropped, c.tombstones_dropped
+        rep.segments_merged = c.segments_before - c.segments_after
+
+
 def _record_after(lm, tp, rep) -> None:
     """Fill the report's after-state from a fresh reader of the partition."""
     try:
@@ -130,12 +140,7 @@ def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = No
         rep.errors.append(f"retention: {type(e).__name__}: {e}")
     if compact:
         c = LogCleanerManager(lm, CleanerConfig.from_dict(cleaner_settings or {})).clean_partition(tp, now)
-        if c.error:
-            rep.errors.append(f"compaction: {c.error}")
-        elif c.groups:
-            rep.cleaned = True
-            rep.keys_kept, rep.records_dropped, rep.tombstones_dropped = c.keys, c.records_dropped, c.tombstones_dropped
-            rep.segments_merged = c.segments_before - c.segments_after
+        _record_cleaning(c, rep)
     try:
         rep.files_removed = len(lm.remove_expired_deleted_files(tp, now_ms=now))
     except Exception as e:  # noqa: BLE001
@@ -186,12 +191,7 @@ def _maintain_objects(lm: LogManager, tp: TopicPartition, rep: PartitionReport, 
         c = LogCleanerManager(lm, cc, merge_min_age_ms=cc.merge_min_age_ms, check=lease.check).clean_partition(tp, now)
         if isinstance(c.exception, MaintenanceLeaseError):
             raise c.exception
-        if c.error:
-            rep.errors.append(f"compaction: {c.error}")
-        elif c.groups:
-            rep.cleaned = True
-            rep.keys_kept, rep.records_dropped, rep.tombstones_dropped = c.keys, c.records_dropped, c.tombstones_dropped
-            rep.segments_merged = c.segments_before - c.segments_after
+        _record_cleaning(c, rep)
     try:
         with lm.open_log(tp) as log:
             m = merge_small_segments(log, now_ms=now, min_age_ms=cc.merge_min_age_ms, check=lease.check)
