@@ -137,6 +137,7 @@ def kafka_groups(segs, segment_bytes, index_bytes, interval):
 
 
 @pytest.mark.parametrize("seed", range(6))
+
 def test_merge_concatenates_the_groups_kafka_would_form(seed):
     rng = random.Random(seed)
     interval = rng.choice([0, 100, 300, 4096])
@@ -353,24 +354,8 @@ def test_compaction_on_an_object_store_matches_the_model(seed):
 
 def test_a_live_appender_racing_maintenance_passes_loses_nothing():
     lm = manager({"segment.bytes": "600", "retention.ms": "-1", "file.delete.delay.ms": "0"})
-    stop = threading.Event()
-    committed, errors = [], []
-
-    def appender():
-        alm = LogManager(lm.root, fs=ObjectStoreFileSystem(fsspec.filesystem("memory")))
-        i = 0
-        while not stop.is_set() or i < 20:
-            try:
-                with alm.open_log(TP, writable=True) as log:
-                    info = log.append(kp_batch([(TS0 + i, b"k", b"r%04d" % i, [])]))
-                committed.append((info.first_offset, b"r%04d" % i))
-                i += 1
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-                return
-
-    t = threading.Thread(target=appender)
-    t.start()
+    stop, committed, errors, t = start_appender(
+        lambda: LogManager(lm.root, fs=ObjectStoreFileSystem(fsspec.filesystem("memory"))), 20)
     merged = 0
     try:
         while len(committed) < 3 and not errors:  # (its first commit pays for imports and compiling)
@@ -468,24 +453,7 @@ def test_a_live_appender_racing_a_merge_on_s3(s3_root):  # noqa: F811
     url, opts = s3_root
     lm = LogManager(url, opts)
     lm.create_topic("t", 1, {"retention.ms": "-1", "file.delete.delay.ms": "0"})
-    stop = threading.Event()
-    committed, errors = [], []
-
-    def appender():
-        alm = LogManager(url, opts)
-        i = 0
-        while not stop.is_set() or i < 8:
-            try:
-                with alm.open_log(TP, writable=True) as log:
-                    info = log.append(kp_batch([(TS0 + i, b"k", b"r%04d" % i, [])]))
-                committed.append((info.first_offset, b"r%04d" % i))
-                i += 1
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
-                return
-
-    t = threading.Thread(target=appender)
-    t.start()
+    stop, committed, errors, t = start_appender(lambda: LogManager(url, opts), 8)
     merged = 0
     try:
         while len(committed) < 3 and not errors:
@@ -658,3 +626,27 @@ def test_a_reader_pins_the_version_it_listed(where, request):
     fs.delete(name + ".deleted")  # after file.delete.delay.ms
     with pytest.raises(CorruptRecordError, match="replaced or removed while being read"):
         r3.read(0, 100)
+
+
+def start_appender(open_lm, at_least: int):
+    """A thread appending one record per commit to TP until `stop` is set (and at least `at_least`);
+    returns (stop, committed [(offset, value)], errors, thread)."""
+    stop = threading.Event()
+    committed, errors = [], []
+
+    def appender():
+        alm = open_lm()
+        i = 0
+        while not stop.is_set() or i < at_least:
+            try:
+                with alm.open_log(TP, writable=True) as log:
+                    info = log.append(kp_batch([(TS0 + i, b"k", b"r%04d" % i, [])]))
+                committed.append((info.first_offset, b"r%04d" % i))
+                i += 1
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+                return
+
+    t = threading.Thread(target=appender)
+    t.start()
+    return stop, committed, errors, t
