@@ -8,6 +8,8 @@ and last segment it reports, from a fresh LogManager each time (listings include
 - engine: Log.offset_for_timestamp(T) (Kafka's ListOffsets / offsetsForTimes);
 - spark planning: what spark.read...option("startingTimestamp", T) plans on the driver
   (KafkaLogBatchReader.partitions(), no SparkSession needed).
+Then the same with the partition's hint object removed (a log whose appends could not write it): the
+lookup falls back to one 12-byte .timeindex read per segment it passes over.
 Requests are deterministic; no timings are printed. A .log GET "whole" is one whose range covers the
 object from its first to its last byte (or has no Range header).
 """
@@ -70,6 +72,17 @@ def summary(requests) -> str:
             f"{sum(r.body_bytes for r in requests):>9,} bytes received")
 
 
+def kind(r) -> str:
+    """What a request was for: LIST, or the kind of object it read."""
+    if "list-type" in r.query or r.path.endswith("/") or "prefix=" in r.query:
+        return "LIST"
+    name = r.path.rsplit("/", 1)[-1]
+    for suffix in (".timeindex", ".index", ".log", ".json", ".checkpoint"):
+        if name.endswith(suffix):
+            return suffix
+    return name
+
+
 def object_sizes(server, url: str) -> dict[str, int]:
     """{/bucket/key: size} of every object under url, listed with s3fs (not the engine)."""
     import s3fs
@@ -129,18 +142,28 @@ def main(argv=None) -> None:
             return parts[0].start if parts else None
 
         n = args.segments * RECORDS_PER_SEGMENT
-        for where, offset in (("first", RECORDS_PER_SEGMENT // 2), ("middle", n // 2 + 37), ("last", n - 13)):
-            for name, fn in (("engine", engine), ("spark planning", planning)):
-                mark = server.log.mark()
-                got = fn(T0 + 1000 * offset)
-                reqs = server.log.since(mark)
-                assert got == offset, (name, got, offset)
-                skipped = offset // RECORDS_PER_SEGMENT
-                ti = [r for r in reqs if r.path.endswith(".timeindex")]
-                whole = whole_object_gets(reqs, sizes)
-                print(f"T in the {where:6} segment ({skipped:>3} skipped), {name:14}: {summary(reqs)}; "
-                      f"{len(ti)} .timeindex GETs; .log GETs {sum(r.path.endswith('.log') for r in reqs)}, "
-                      f"whole .log objects read: {len(whole)}")
+        hint = f"{url}/t-0/kafkalog-producer-state.json"
+        for with_hint in (True, False):
+            if not with_hint:
+                import s3fs
+
+                s3fs.S3FileSystem(skip_instance_cache=True, **opts).rm(hint[len("s3://"):])
+                print("without the hint object:")
+            else:
+                print("with the hint object (written by every append):")
+            for where, offset in (("first", RECORDS_PER_SEGMENT // 2), ("middle", n // 2 + 37), ("last", n - 13)):
+                for name, fn in (("engine", engine), ("spark planning", planning)):
+                    mark = server.log.mark()
+                    got = fn(T0 + 1000 * offset)
+                    reqs = server.log.since(mark)
+                    assert got == offset, (name, got, offset)
+                    skipped = offset // RECORDS_PER_SEGMENT
+                    kinds = Counter(kind(r) for r in reqs)
+                    whole = whole_object_gets(reqs, sizes)
+                    print(f"  T in the {where:6} segment ({skipped:>3} skipped), {name:14}: {summary(reqs)}; "
+                          f"{', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; "
+                          f"{sum(r.body_bytes for r in reqs if kind(r) != 'LIST'):,} bytes besides listings; "
+                          f"whole .log objects read: {len(whole)}")
     finally:
         server.stop()
 

@@ -21,7 +21,9 @@ from .log_validator import (
     assign_offsets, check_built, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
 )
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
+from .producer_state import read_hint
 from .records.record_batch import BatchScan
+from .segment_metadata import largest_timestamp
 from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name,
 )
@@ -72,8 +74,12 @@ class Log:
         self.config = config
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
+        # no append or no locks: every append is one new segment object made with a create-only write
+        self.immutable = immutable_segments(fs)
         for seg in segments[:-1]:
             seg.rolled = True
+        if self.immutable and segments and segments[-1].size:  # a segment object is complete, indexes too
+            segments[-1].rolled = True
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._next_offset = next_offset
@@ -82,8 +88,7 @@ class Log:
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
         self.producer_state = None  # a writer's ProducerStateManager, set by the loader
         self.track_batches = False  # a staging log records batch positions for adopt_segments
-        # no append or no locks: every append is one new segment object made with a create-only write
-        self.immutable = immutable_segments(fs)
+        self._segment_metadata: dict | None = None  # an immutable log's hint entries (segment_metadata.py)
         self._lost_race = False  # an immutable append lost its segment name: this Log's view is stale
         self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
@@ -230,8 +235,11 @@ class Log:
             self._bases.pop()
         if self._segments:
             self._segments[-1].rolled = True
+        seg.rolled = True
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
+        if self.producer_state is not None:
+            self.producer_state.appended(seg, scan)
 
     def roll(self, new_base_offset: int | None = None) -> LogSegment:
         """Close the active segment to appends and start a new one at the next offset.
@@ -414,18 +422,23 @@ class Log:
                 yield batch
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time)."""
+        """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time).
+
+        The first segment whose largest timestamp reaches it holds the answer; on an object store the
+        partition's hint object gives the segments' largest timestamps (segment_metadata.py), so only
+        segments it does not cover cost a `.timeindex` read."""
         from .records.decoder import decode_batches
 
         def decode(buf, scan):
             return decode_batches(buf, scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
 
+        known = self.segment_metadata()
         start = self.log_start_offset
         for seg in self._segments:
             if seg.base_offset < start and seg is not self.segment_for(start):
                 continue
             try:
-                if seg.largest_timestamp < timestamp:
+                if largest_timestamp(seg, known) < timestamp:
                     continue
                 found = seg.find_offset_by_timestamp(timestamp, max(start, seg.base_offset), decode)
             finally:
@@ -434,6 +447,18 @@ class Log:
             if found is not None:
                 return found
         return None
+
+    def segment_metadata(self) -> dict:
+        """Base offset -> SegmentMetadata from the partition's hint object (immutable logs; read once
+        per Log); {} elsewhere or when there is none."""
+        if not self.immutable:
+            return {}
+        if self.producer_state is not None:  # a writer's, kept up to date by its appends
+            return self.producer_state.segments
+        if self._segment_metadata is None:
+            hint = read_hint(self.fs, self.dir)
+            self._segment_metadata = hint.segments if hint is not None else {}
+        return self._segment_metadata
 
     def split_points(self, start: int, end: int) -> list[int]:
         """Offsets in (start, end) where a reader may split the range without sharing a batch:

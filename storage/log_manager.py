@@ -36,6 +36,7 @@ from .log_retention import (
     RetentionResult, delete_old_segments, plan_deletion, remove_expired_delete_dirs, remove_expired_deleted_files,
     write_delete_marker,
 )
+from .segment_metadata import largest_timestamp
 from .topic_partition import (
     TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, validate_topic_name,
 )
@@ -485,11 +486,12 @@ class LogManager:
                                             "size": 0, "segments": []})
                     continue
                 with self.open_log(tp) as log:
+                    known = log.segment_metadata()  # object stores: no .timeindex GET per segment
                     t["partitions"].append({
                         "partition": tp.partition, "logDir": self.url(self._log_dir_of_path(dir)),
                         "logStartOffset": log.log_start_offset, "logEndOffset": log.log_end_offset, "size": log.size,
                         "segments": [{"baseOffset": s.base_offset, "size": s.size,
-                                      "largestTimestamp": s.largest_timestamp} for s in log.segments if s.size
+                                      "largestTimestamp": largest_timestamp(s, known)} for s in log.segments if s.size
                                      or s is log.active_segment],
                     })
             out["topics"].append(t)

@@ -143,14 +143,17 @@ class LogSegment:
         self.offset_index.release_reader()
         self.time_index.release_reader()
 
-    def iter_chunks(self, start_position: int = 0, end_position: int | None = None) -> Iterator[BatchChunk]:
+    def iter_chunks(self, start_position: int = 0, end_position: int | None = None, *,
+                    first_chunk: int = FIRST_CHUNK_BYTES) -> Iterator[BatchChunk]:
         """Complete batches from start_position, read in growing chunks. Stops quietly at a partial
-        tail (a writer may be appending); raises CorruptRecordError on an impossible batch length."""
+        tail (a writer may be appending); raises CorruptRecordError on an impossible batch length.
+        The partial batch a chunk ends with is kept, so each byte is fetched once."""
         end = self._size if end_position is None else min(end_position, self._size)
         pos = start_position
-        chunk = FIRST_CHUNK_BYTES
+        chunk = first_chunk
+        carry = b""  # the bytes of the cut-off batch at the end of the last chunk
         while pos < end:
-            buf = self._read(pos, min(end, pos + chunk))
+            buf = self._read_on(carry, pos, min(end, pos + max(chunk, len(carry) + 1)))
             scan = scan_batches(buf, max_batch_size=self.max_batch_size)
             if not len(scan):
                 if scan.reason == SCAN_BAD_LENGTH:
@@ -160,15 +163,24 @@ class LogSegment:
                 (length,) = struct.unpack_from(">i", buf, 8)
                 if pos + LOG_OVERHEAD + length > end:
                     return  # partial tail
-                buf = self._read(pos, pos + LOG_OVERHEAD + length)
+                buf = self._read_on(buf, pos, pos + LOG_OVERHEAD + length)
                 scan = scan_batches(buf, max_batch_size=self.max_batch_size)
                 if not len(scan):
                     return
             yield BatchChunk(buf, scan, pos, self.source)
             if scan.reason == SCAN_BAD_LENGTH:
                 raise self._bad_length(buf, scan.end, pos)
+            carry = buf[scan.end:]
             pos += scan.end
             chunk = min(chunk * 4, MAX_CHUNK_BYTES)
+
+    def _read_on(self, have: bytes, pos: int, end: int) -> bytes:
+        """Bytes [pos, end) of the .log when `have` already holds those from pos on: only the rest is read."""
+        if not have:
+            return self._read(pos, end)
+        if pos + len(have) >= end:
+            return have[: end - pos]
+        return have + self._read(pos + len(have), end)
 
     def _bad_length(self, buf: bytes, at: int, base: int) -> CorruptRecordError:
         length = struct.unpack_from(">i", buf, at + 8)[0] if len(buf) - at >= LOG_OVERHEAD else None
@@ -193,11 +205,17 @@ class LogSegment:
             return 0
 
     def read_batches(self, start_offset: int, max_offset: int | None = None) -> Iterator[BatchChunk]:
-        """Chunks of whole batches from the batch holding start_offset up to the one holding max_offset-1."""
-        found = self.translate_offset(start_offset)
-        if found is None:
-            return
-        for chunk in self.iter_chunks(found[1]):
+        """Chunks of whole batches from the batch holding start_offset up to the one holding max_offset-1,
+        in one pass from the offset index's position (the batches before start_offset are dropped)."""
+        started = False
+        for chunk in self.iter_chunks(self._index_lookup_position(start_offset)):
+            if not started:
+                i = int(np.searchsorted(chunk.scan.last_offsets, start_offset, side="left"))
+                if i == len(chunk.scan):
+                    continue
+                started = True
+                if i:
+                    chunk = select_batches(chunk, i, len(chunk.scan))
             if max_offset is not None:
                 base = chunk.scan.headers["base_offset"].astype(np.int64)
                 keep = int(np.searchsorted(base, max_offset, side="left"))
@@ -214,7 +232,9 @@ class LogSegment:
         """
         ts_entry = self._time_index_lookup(timestamp)
         position = self._index_lookup_position(max(ts_entry.offset, starting_offset))
-        for chunk in self.iter_chunks(position):
+        # the answer is usually within an index interval of that position: start small
+        first = min(FIRST_CHUNK_BYTES, 2 * max(self.index_interval_bytes, RECORD_BATCH_OVERHEAD))
+        for chunk in self.iter_chunks(position, first_chunk=first):
             h = chunk.scan.headers
             last = chunk.scan.last_offsets
             cand = np.flatnonzero((h["max_timestamp"].astype(np.int64) >= timestamp) & (last >= starting_offset))

@@ -23,11 +23,15 @@ from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
 from .immutable_segment import read_first_header
 from .records.record_batch import CRC_OFFSET, compute_crc, scan_batches, validate_batches
+from .segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "kafkalog-producer-state.json"
-HINT_VERSION = 2  # the object-store flavour's file: {"version": 2, "asOf": offset, "writers": {id: [batch, base]}}
+# the object-store flavour's file: {"version": 3, "asOf": offset, "writers": {id: [batch, base]},
+# "segments": {base: [size, max timestamp]}}; version 2 (no segments) is still read
+HINT_VERSION = 3
+READABLE_HINT_VERSIONS = (2, 3)
 PRODUCER_FIELDS_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 in a batch header
 MAX_BATCH_ID = 2**31 - 1  # baseSequence is an int32
 
@@ -45,6 +49,35 @@ class WriterEntry:
     committed_next_offset: int = -1
     pending: PendingCommit | None = None
     updated_ms: int = 0
+
+
+@dataclass
+class WriterStateHint:
+    """The object-store flavour's state file: a cache of what the segments below as_of hold."""
+
+    as_of: int
+    writers: dict[int, tuple[int, int]]  # writer id -> (last committed batch id, its segment's base offset)
+    segments: dict[int, SegmentMetadata]  # base offset -> size and largest timestamp
+
+
+def read_hint(fs: LogFileSystem, dir: str) -> WriterStateHint | None:
+    """The partition's hint, or None when there is none or it is unreadable (logged: it is only a hint)."""
+    path = fs.join(dir, STATE_FILE)
+    try:
+        raw = fs.read(path) if fs.exists(path) else None
+    except FileNotFoundError:
+        raw = None
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        if doc.get("version") not in READABLE_HINT_VERSIONS:
+            raise ValueError(f"version {doc.get('version')!r}, expected one of {READABLE_HINT_VERSIONS}")
+        return WriterStateHint(int(doc["asOf"]), {int(w): (int(e[0]), int(e[1])) for w, e in doc["writers"].items()},
+                               parse_segments(doc.get("segments")))
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        logger.warning("ignoring writer state hint %s (%s); reading the segments instead", fs.url(path), e)
+        return None
 
 
 class ProducerStateManager:
@@ -166,8 +199,10 @@ class ObjectProducerStateManager:
     is in the data from the commit point on, even if the writer dies right after it. The state
     file is a hint, last writer wins: `writers` maps writer id -> [batch id, base offset] and is
     complete for the segments below `asOf` (each writer merges the headers it read into the hint it
-    read). The authoritative check reads the first batch header (one 61-byte ranged GET) of each
-    segment from asOf on, newest first, until it meets the writer's commit; below asOf the hint answers.
+    read); `segments` holds each segment's size and largest timestamp (segment_metadata.py). The
+    authoritative check reads the first batch header (one 61-byte ranged GET) of each segment from
+    asOf on, newest first, until it meets the writer's commit; below asOf the hint answers. Every
+    append rewrites the hint: a sink commit in complete(), any other append right after its segment.
     """
 
     stamps_batches = True
@@ -176,33 +211,16 @@ class ObjectProducerStateManager:
         self.log = log
         self.fs = log.fs
         self.path = self.fs.join(log.dir, STATE_FILE)
-        self.as_of = -1  # no hint: every segment is read
-        self.hint: dict[int, tuple[int, int]] = {}
+        hint = read_hint(self.fs, log.dir)
+        self.as_of = -1 if hint is None else hint.as_of  # -1, no hint: every segment is read
+        self.hint: dict[int, tuple[int, int]] = {} if hint is None else hint.writers
+        self.segments: dict[int, SegmentMetadata] = {} if hint is None else hint.segments
         self.headers = {} if headers is None else headers  # base offset -> (producerId, epoch, baseSequence)
         self._pending: dict[int, PendingCommit] = {}
         self._written: dict | None = None
-        self._read_hint()
 
-    def _read_hint(self) -> None:
-        try:
-            raw = self.fs.read(self.path) if self.fs.exists(self.path) else None
-        except FileNotFoundError:
-            raw = None
-        if raw is None:
-            return
-        try:
-            doc = json.loads(raw)
-            if doc.get("version") != HINT_VERSION:
-                raise ValueError(f"version {doc.get('version')!r}, expected {HINT_VERSION}")
-            hint = {int(w): (int(e[0]), int(e[1])) for w, e in doc["writers"].items()}
-            as_of = int(doc["asOf"])
-        except (ValueError, KeyError, TypeError, IndexError) as e:  # only a hint: read every segment instead
-            logger.warning("ignoring writer state hint %s (%s); reading every segment's first batch header",
-                           self.fs.url(self.path), e)
-            return
-        self.hint, self.as_of = hint, as_of
-
-    def _header(self, seg) -> tuple[int, int, int]:
+    def header(self, seg) -> tuple[int, int, int]:
+        """(producerId, producerEpoch, baseSequence) of a segment's first batch, read once."""
         got = self.headers.get(seg.base_offset)
         if got is None:
             h = read_first_header(self.fs, seg.log_path)
@@ -211,19 +229,20 @@ class ObjectProducerStateManager:
         return got
 
     @staticmethod
-    def _is_commit(header: tuple[int, int, int]) -> bool:
+    def is_commit(header: tuple[int, int, int]) -> bool:
         pid, epoch, seq = header
         return pid >= 0 and epoch == 0 and seq >= 0
 
-    def _unsummarized(self, below: int | None = None) -> list:
+    def unsummarized(self, below: int | None = None) -> list:
+        """Segment objects from asOf on (below `below`): the ones whose commits the hint may lack."""
         return [s for s in self.log.segments if s.size and s.base_offset >= self.as_of
                 and (below is None or s.base_offset < below)]
 
     def committed(self, writer_id: int) -> tuple[int, int]:
         """(last committed batch id, base offset of its segment) of a writer; (-1, -1) if none."""
-        for seg in reversed(self._unsummarized()):
-            h = self._header(seg)
-            if h[0] == writer_id and self._is_commit(h):
+        for seg in reversed(self.unsummarized()):
+            h = self.header(seg)
+            if h[0] == writer_id and self.is_commit(h):
                 return h[2], seg.base_offset
         return self.hint.get(writer_id, (-1, -1))
 
@@ -244,34 +263,53 @@ class ObjectProducerStateManager:
             raise KafkaStorageError(f"batch id {batch_id} of writer {writer_id} does not fit baseSequence (int32)")
         self._pending[writer_id] = PendingCommit(batch_id, first_offset, next_offset)
 
+    def appended(self, seg, scan) -> None:
+        """Called by the Log after it created an append's segment object (its scan at hand): note the
+        segment's header and metadata; an append that is no sink commit writes the hint now."""
+        h = scan.headers[0]
+        self.headers[seg.base_offset] = (int(h["producer_id"]), int(h["producer_epoch"]), int(h["base_sequence"]))
+        self.segments[seg.base_offset] = SegmentMetadata(seg.size, seg.largest_timestamp)
+        if not self._pending:
+            self.update_hint({})
+
     def complete(self, writer_id: int) -> None:
         """After the commit's segment object is created: write the hint, merged with the headers of the
         segments between the old hint and this commit. A failed write is only logged (it is a hint)."""
         p = self._pending.pop(writer_id, None)
-        if p is None:
-            return
+        if p is not None:
+            self.update_hint({writer_id: (p.batch_id, p.first_offset)})
+
+    def update_hint(self, commits: dict[int, tuple[int, int]], *, as_of: int | None = None) -> bool:
+        """Write the hint complete below `as_of` (default: the log end): the old writers, the commits
+        found in the first headers of the segments from the old asOf on, then `commits`; and every
+        segment's metadata. Returns whether it was written."""
+        as_of = self.log.log_end_offset if as_of is None else as_of
         writers = dict(self.hint)
         try:
-            for seg in self._unsummarized(below=p.first_offset):
-                h = self._header(seg)
-                if self._is_commit(h):
+            for seg in self.unsummarized(below=as_of):
+                h = self.header(seg)
+                if self.is_commit(h):
                     writers[h[0]] = (h[2], seg.base_offset)
+            segments = collect(self.log.segments, self.segments)
         except (FileNotFoundError, KafkaStorageError, CorruptRecordError) as e:  # e.g. retention removed one
-            logger.warning("%s: writer state hint not updated: a segment's first batch header could not be read "
-                           "(%s); the next writer reads more headers", self.fs.url(self.path), e)
-            return  # a hint missing a segment's commit would be wrong; the old one is only stale
-        writers[writer_id] = (p.batch_id, p.first_offset)
-        self._write_hint(writers, self.log.log_end_offset)
+            logger.warning("%s: writer state hint not updated: a segment could not be read (%s); the next "
+                           "writer reads more headers", self.fs.url(self.path), e)
+            return False  # a hint missing a segment's commit would be wrong; the old one is only stale
+        writers.update(commits)
+        return self._write_hint(writers, as_of, segments)
 
-    def _write_hint(self, writers: dict, as_of: int) -> None:
+    def _write_hint(self, writers: dict, as_of: int, segments: dict[int, SegmentMetadata]) -> bool:
         doc = {"version": HINT_VERSION, "asOf": as_of,
-               "writers": {str(w): list(e) for w, e in sorted(writers.items())}}
+               "writers": {str(w): list(e) for w, e in sorted(writers.items())}, "segments": segments_doc(segments)}
         try:
             self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode())
-            self._written = doc
         except (KafkaStorageError, OSError) as e:
             logger.warning("%s: writer state hint not written (%s); the next writer reads more headers",
                            self.fs.url(self.path), e)
+            return False
+        self._written = doc
+        self.hint, self.as_of, self.segments = writers, as_of, segments
+        return True
 
     def forget(self, writer_id: int) -> None:
         """Drop a one-off writer (a batch write) from the hint this manager wrote. Another writer may
@@ -279,7 +317,7 @@ class ObjectProducerStateManager:
         doc = self._written
         if doc is not None and str(writer_id) in doc["writers"]:
             writers = {int(w): tuple(e) for w, e in doc["writers"].items() if int(w) != writer_id}
-            self._write_hint(writers, doc["asOf"])
+            self._write_hint(writers, doc["asOf"], self.segments)
 
     def resolve_pending(self, log) -> list[str]:
         """Nothing is ever pending: a commit is one create-only write."""

@@ -165,22 +165,16 @@ def settle_hint(log, bound: int, cache: dict | None = None) -> int:
     mgr = ObjectProducerStateManager(log)
     if mgr.as_of >= bound:
         return bound
-    writers = dict(mgr.hint)
     budget = CACHE_BYTES
-    for seg in log.segments:
-        if seg.size and mgr.as_of <= seg.base_offset < bound:
-            if cache is not None and RECORD_BATCH_OVERHEAD <= seg.size <= min(budget, CACHE_SEGMENT_BYTES):
-                data = log.fs.read(seg.log_path, 0, seg.size)
-                if len(data) == seg.size and data[MAGIC_OFFSET] == 2:
-                    cache[seg.base_offset] = data
-                    budget -= len(data)
-                    hd = RecordBatchHeader.read(data)
-                    mgr.headers[seg.base_offset] = (hd.producer_id, hd.producer_epoch, hd.base_sequence)
-            h = mgr._header(seg)
-            if mgr._is_commit(h):
-                writers[h[0]] = (h[2], seg.base_offset)
-    mgr._write_hint(writers, bound)
-    if mgr._written is None:  # not written: only what the old hint covers is safe
+    for seg in mgr.unsummarized(below=bound):
+        if cache is not None and RECORD_BATCH_OVERHEAD <= seg.size <= min(budget, CACHE_SEGMENT_BYTES):
+            data = log.fs.read(seg.log_path, 0, seg.size)
+            if len(data) == seg.size and data[MAGIC_OFFSET] == 2:
+                cache[seg.base_offset] = data
+                budget -= len(data)
+                hd = RecordBatchHeader.read(data)
+                mgr.headers[seg.base_offset] = (hd.producer_id, hd.producer_epoch, hd.base_sequence)
+    if not mgr.update_hint({}, as_of=bound):  # not written: only what the old hint covers is safe
         return max(min(bound, mgr.as_of), -1)
     return bound
 
