@@ -20,6 +20,7 @@ from .checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from .cleaner import Cleaner, CleanerConfig, CleanResult
 from .log import Log
 from .log_manager import ROOT_LOCK_FILE, LogManager
+from .producer_state import ProducerStateManager
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS, settle_hint, settled_bound
 from .topic_partition import TopicPartition
 
@@ -151,9 +152,10 @@ class LogCleanerManager:
 
     def _bound(self, log: Log, now_ms: int) -> int | None:
         """Object stores: clean only settled segments, with the writer-state hint complete below them
-        (storage/segment_merger.py); None (no cap) elsewhere."""
+        (storage/segment_merger.py). Elsewhere: not from a pending sink commit on (its resolution reads
+        the commit's first batch), else None (no cap)."""
         if not log.immutable:
-            return None
+            return ProducerStateManager(log.fs, log.dir).first_unstable_offset()
         return settle_hint(log, settled_bound(log, now_ms=now_ms, min_age_ms=self.merge_min_age_ms))
 
     # ------------------------------------------------------------------ selection

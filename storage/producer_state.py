@@ -127,6 +127,12 @@ class ProducerStateManager:
         if self.writers.pop(writer_id, None) is not None:
             self.save()
 
+    def first_unstable_offset(self) -> int | None:
+        """Where the earliest commit still pending began (Kafka's firstUnstableOffset), or None: the
+        cleaner must leave the log from there alone until the commit is resolved."""
+        firsts = [e.pending.first_offset for e in self.writers.values() if e.pending is not None]
+        return min(firsts) if firsts else None
+
     def resolve_pending(self, log) -> list[str]:
         """Finish or roll back commits a crashed writer left pending; returns what was done.
 

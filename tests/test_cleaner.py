@@ -354,6 +354,26 @@ def test_min_compaction_lag_makes_recent_segments_uncleanable(root):
     assert kept == [expect - 1] + list(range(expect, 12))  # newer than the lag: untouched
 
 
+def test_a_pending_sink_commit_is_not_cleaned_until_resolved(root):
+    """Kafka's firstUnstableOffset: the batches from a pending commit's first offset on stay as they are
+    (its resolution reads that first batch), below it the cleaner works as usual."""
+    from storage.producer_state import ProducerStateManager
+
+    lm = make(root, segment_bytes=200)
+    for i in range(12):
+        append(lm, [(1000 * i, b"k", b"v%d" % i, [])])
+    roll(lm)
+    state = ProducerStateManager(lm.fs, lm.partition_dir(TP))
+    state.begin(7, 0, 6, 12)  # a commit of offsets 6..11 that a crashed writer left pending
+    res = LogCleanerManager(lm).clean_partition(TP, 20_000, force=True)
+    assert res.end_offset <= 6
+    assert [r[0] for r in parsed_records(lm)] == [res.end_offset - 1] + list(range(res.end_offset, 12))
+    state.complete(7)
+    res = LogCleanerManager(lm).clean_partition(TP, 21_000, force=True)
+    assert res.end_offset > 6
+    assert [r[0] for r in parsed_records(lm)][0] >= 6
+
+
 def test_max_compaction_lag_forces_cleaning_below_the_ratio(root):
     lm = make(root, segment_bytes=200, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=10_000)
     for i in range(6):
