@@ -581,8 +581,14 @@ class Log:
             seg.change_file_suffixes(SWAP_FILE_SUFFIX, "")
         if self.fs.capabilities.fsync:
             self.fs.sync_dir(self.dir)
-        kept = [s for s in self._segments if id(s) not in old_ids]
-        for seg in fresh:
+        self.swap_in_memory(fresh, old_segments)
+
+    def swap_in_memory(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Put swapped-in segments in place of the ones they replace in the segment list, once the
+        files (or objects) already say so: the last step of replace_segments and of an object swap."""
+        old_ids = {id(s) for s in old_segments}
+        for seg in new_segments:
             seg.rolled = True
-        self._segments = sorted(kept + fresh, key=lambda s: s.base_offset)
+        kept = [s for s in self._segments if id(s) not in old_ids]
+        self._segments = sorted(kept + list(new_segments), key=lambda s: s.base_offset)
         self._bases = [s.base_offset for s in self._segments]

@@ -302,12 +302,9 @@ def replace_in_memory(log, base: int, size: int, old_segments: list[LogSegment],
     if off_rows is not None:
         prime_index(seg.offset_index, off_rows)
         prime_index(seg.time_index, time_rows)
-    seg.rolled = True
-    old = {id(s) for s in old_segments}
     for s in old_segments:
         s.release_readers()
-    log._segments = sorted([s for s in log._segments if id(s) not in old] + [seg], key=lambda s: s.base_offset)
-    log._bases = [s.base_offset for s in log._segments]
+    log.swap_in_memory([seg], old_segments)
 
 
 # ---------------------------------------------------------------- the merge pass
