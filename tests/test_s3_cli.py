@@ -134,8 +134,12 @@ def test_cli_on_s3_matches_kafka_python_and_the_same_commands_on_local_disk(s3_s
     want = {}
     for p in (0, 1):
         objs = partition_objects(s3, url, "t", p)
-        assert sorted(objs) == [f"{b:020d}{s}" for b in (0, 60) for s in (".index", ".log", ".timeindex")]
+        assert sorted(objs) == [f"{b:020d}{s}" for b in (0, 60) for s in (".index", ".log", ".timeindex")] + [
+            "kafkalog-producer-state.json"]
         want[p] = as_consumed(check_kafka_files(objs, 300), p)
+        hint = json.loads(objs["kafkalog-producer-state.json"])  # each segment's size and largest timestamp
+        assert hint["segments"] == {str(b): [len(objs[f"{b:020d}.log"]), max(
+            r[1] for bt in kp_parse(objs[f"{b:020d}.log"]) for r in bt["records"])] for b in (0, 60)}
         mine = [r for r in first + second if r["partition"] == p]
         assert [(r["value"], r["key"], r["timestamp"]) for r in want[p]] == \
             [(r["value"], r.get("key"), r["timestamp"]) for r in mine]
@@ -287,7 +291,8 @@ def test_produce_killed_between_object_writes_then_restarted(s3_faults, s3_root,
 def test_reads_fetch_ranges_and_open_indexes_without_a_head(s3_server, s3_root):  # noqa: F811
     """A read and a timestamp lookup on a log of many segment objects: no HEAD of any index object (the
     listing gave their sizes), every .log GET is a range (never a whole object here), and the lookup's
-    requests grow with the segments it skips by one 12-byte .timeindex GET each."""
+    requests do not grow with the segments it skips (the hint object holds their largest timestamps);
+    without the hint they grow by one 12-byte .timeindex GET each."""
     url, opts = s3_root
     lm = LogManager(url, opts)
     lm.create_topic("t", 1, {"index.interval.bytes": "512"})
@@ -324,11 +329,16 @@ def test_reads_fetch_ranges_and_open_indexes_without_a_head(s3_server, s3_root):
             start, end = map(int, r.range[len("bytes="):].split("-"))
             assert end - start + 1 < sizes[r.path.rsplit("/", 1)[1]], r
         print(fn.__name__, len(reqs), dict(Counter(r.method for r in reqs)), sum(r.body_bytes for r in reqs))
+    # the lookup: LIST of ROOT, GET of the topic file, LIST of the partition, the log end (last .index
+    # entry, .log tail), the hint, segment 9's .timeindex and .index, and one ranged GET of its .log
+    assert [r.path.rsplit("/", 1)[1] for r in reqs if r.path.endswith(".timeindex")] == [f"{9 * per_segment:020d}.timeindex"]
+    assert len(reqs) <= 10, [(r.method, r.path, r.range) for r in reqs]
+    LogManager(url, opts).fs.delete(url + "/t-0/kafkalog-producer-state.json")
+    got, reqs = measured(lookup)
+    assert got == 9 * per_segment + 40
     last_entries = [r for r in reqs if r.path.endswith(".timeindex") and r.body_bytes == 12
                     and r.range.endswith(f"-{sizes[r.path.rsplit('/', 1)[1]] - 1}")]
-    # one 12-byte read of the last .timeindex entry per segment up to the answer's (9 passed over, then
-    # segment 9's own); the rest does not grow with the log: LIST of ROOT, GET of the topic file, LIST of
-    # the partition, the log end (last .index entry, .log tail), segment 9's .timeindex and .index, its .log
-    # (a HEAD, then one ranged GET)
+    # without the hint: one 12-byte read of the last .timeindex entry per segment up to the answer's (9
+    # passed over, then segment 9's own), and the rest as above
     assert sorted(int(r.path.rsplit("/", 1)[1][:20]) for r in last_entries) == [per_segment * s for s in range(10)]
     assert len(reqs) - len(last_entries) <= 8
