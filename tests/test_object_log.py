@@ -15,7 +15,7 @@ from kafka.record import MemoryRecords
 from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
 import storage.immutable_segment as immutable_segment
-import storage.staged_commit as staged_commit
+import storage.record_stager as record_stager
 from storage.errors import ConcurrentAppendError, KafkaStorageError, RecordTooLargeError
 from storage.filesystem import LocalFileSystem, MemoryFileSystem
 from storage.log import Log
@@ -24,7 +24,8 @@ from storage.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE, ObjectProducerStateManager
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType
-from storage.staged_commit import RecordStager, commit_staged
+from storage.record_stager import RecordStager
+from storage.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -305,8 +306,8 @@ def producer_fields(log_bytes):
 
 
 def test_commit_is_one_object_per_partition_carrying_writer_and_batch(monkeypatch):
-    monkeypatch.setattr(staged_commit, "STAGE_OBJECT_BYTES", 300)  # several staging objects per partition
-    monkeypatch.setattr(staged_commit, "COALESCE_ROWS", 10)  # each add() encoded on its own
+    monkeypatch.setattr(record_stager, "STAGE_OBJECT_BYTES", 300)  # several staging objects per partition
+    monkeypatch.setattr(record_stager, "COALESCE_ROWS", 10)  # each add() encoded on its own
     lm = manager(partitions=2)
     files = [stage(lm, 77, 0, 60, task=0, max_batch_bytes=200), stage(lm, 77, 60, 100, task=1, max_batch_bytes=200)]
     assert max(len(p.segments) for f in files for p in f.partitions) > 1

@@ -480,7 +480,8 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
 
     from storage.producer_state import STATE_FILE
     from storage.records.record_batch import CompressionType
-    from storage.staged_commit import RecordStager, commit_staged
+    from storage.record_stager import RecordStager
+    from storage.staged_commit import commit_staged
 
     lm = manager({"retention.ms": "-1"})
 

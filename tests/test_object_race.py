@@ -19,7 +19,8 @@ from storage.log_manager import LogManager
 from storage.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE
 from storage.records.record_batch import CompressionType
-from storage.staged_commit import RecordStager, commit_staged
+from storage.record_stager import RecordStager
+from storage.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
