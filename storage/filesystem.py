@@ -29,6 +29,7 @@ class Capabilities:
     exclusive_create: bool  # create fails if the file exists (O_EXCL / If-None-Match)
     locks: bool  # advisory exclusive locks shared by every process that uses the store
     fsync: bool  # durability needs an explicit flush to stable storage
+    cached_listings: bool = False  # listings are cached (see invalidate_listings): list a dir once, look up in it
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,9 @@ class LogFileSystem(abc.ABC):
         """Overwrite len(data) // len(positions) bytes at each position of an existing file, in place
         (the sink patches baseOffset fields of staged segments). Stores without in-place writes refuse."""
         raise KafkaStorageError(f"{self.url(path)}: this filesystem cannot overwrite bytes in place")
+
+    def invalidate_listings(self, path: str | None = None) -> None:
+        """Forget cached listings of path (all, when None) on stores that cache them; a no-op here."""
 
     # -- coordination
     @abc.abstractmethod

@@ -35,13 +35,6 @@ def immutable_segments(fs: LogFileSystem) -> bool:
     return not (caps.append and caps.locks)
 
 
-def invalidate_listings(fs: LogFileSystem, path: str) -> None:
-    """Drop the store's cached listings under path (stores that cache them; a no-op elsewhere)."""
-    invalidate = getattr(fs, "invalidate_listings", None)
-    if invalidate is not None:
-        invalidate(path)
-
-
 class IndexBuilder:
     """Index entries of one whole segment, fed batch runs in order; finish() adds the final time entry."""
 
@@ -162,7 +155,7 @@ def create_segment_object(fs: LogFileSystem, dir: str, tp, base: int, buf, scan,
     seg = LogSegment(fs, dir, base, log_size=scan.end, index_size=off_rows.nbytes,
                      time_index_size=time_rows.nbytes, **segment_kwargs)
     if not fs.create_exclusive(seg.log_path, memoryview(buf)[:scan.end]):
-        invalidate_listings(fs, dir)
+        fs.invalidate_listings(dir)
         try:
             empty = fs.size(seg.log_path) == 0
         except FileNotFoundError:

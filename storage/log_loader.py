@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from .errors import CorruptIndexError, KafkaStorageError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
 from .immutable_segment import (
-    check_exclusive_create, immutable_segments, invalidate_listings, next_offset_of, rebuild_indexes,
+    check_exclusive_create, immutable_segments, next_offset_of, rebuild_indexes,
 )
 from .log import Log
 from .log_config import LogConfig
@@ -88,7 +88,7 @@ class LogLoader:
                 # renamed away (topic deletion) while we waited for its lock: the lock we hold is not this dir's
                 raise self._gone()
             if self.writable and immutable:
-                invalidate_listings(self.fs, self.dir)  # a writer starts from every segment committed so far
+                self.fs.invalidate_listings(self.dir)  # a writer starts from every segment committed so far
             files = self.fs.listdir(self.dir)
             if self.writable and not immutable:
                 files = self._clean_leftovers(files)

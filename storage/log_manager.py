@@ -152,7 +152,7 @@ class LogManager:
         """On a store that caches listings (object stores), list each log dir once, so that the lookups of
         topic files, partition directories and checkpoint files that follow are answered from that listing
         instead of a HEAD (and, for a missing name, a LIST) each. Elsewhere a no-op: a local lookup is cheap."""
-        if getattr(self.fs, "invalidate_listings", None) is not None:
+        if self.fs.capabilities.cached_listings:
             for d in self.log_dirs:
                 self.fs.listdir(d)
 

@@ -23,7 +23,6 @@ import uuid
 
 from .errors import KafkaStorageError
 from .filesystem import LogFileSystem
-from .immutable_segment import invalidate_listings
 
 LEASE_DIR = "kafkalog-maintenance-lease"
 DEFAULT_LEASE_TTL_MS = 600_000
@@ -51,7 +50,7 @@ class MaintenanceLease:
 
     def _current(self) -> tuple[int, dict | None]:
         """(highest generation, its document) from a fresh LIST; (0, None) when there is none."""
-        invalidate_listings(self.fs, self.dir)
+        self.fs.invalidate_listings(self.dir)
         gens = sorted(int(f.name[:-5]) for f in self.fs.listdir(self.dir)
                       if not f.is_dir and f.name.endswith(".json") and f.name[:-5].isdigit())
         if not gens:

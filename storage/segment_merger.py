@@ -35,7 +35,7 @@ import numpy as np
 
 from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
-from .immutable_segment import IndexBuilder, invalidate_listings, next_offset_of, rebuild_indexes
+from .immutable_segment import IndexBuilder, next_offset_of, rebuild_indexes
 from .index import OffsetIndex
 from .log_segment import INT32_MAX, LogSegment, segment_settings
 from .records.record_batch import scan_batches, validate_batches
@@ -73,7 +73,7 @@ class MergeResult:
 
 
 def _names(fs: LogFileSystem, dir: str) -> dict[str, int]:
-    invalidate_listings(fs, dir)
+    fs.invalidate_listings(dir)
     return {f.name: f.size for f in fs.listdir(dir) if not f.is_dir}
 
 

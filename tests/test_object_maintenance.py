@@ -69,7 +69,7 @@ def run(lm, now, **settings):
 
 def files(lm) -> dict[str, bytes]:
     d = lm.partition_dir(TP)
-    getattr(lm.fs, "invalidate_listings", lambda d: None)(d)
+    lm.fs.invalidate_listings(d)
     return {f.name: lm.fs.read(lm.fs.join(d, f.name)) for f in lm.fs.listdir(d) if not f.is_dir}
 
 
