@@ -30,6 +30,7 @@ class Capabilities:
     locks: bool  # advisory exclusive locks shared by every process that uses the store
     fsync: bool  # durability needs an explicit flush to stable storage
     cached_listings: bool = False  # listings are cached (see invalidate_listings): list a dir once, look up in it
+    remote_reads: bool = False  # each read is a request: fetch each byte once rather than copy less
 
 
 @dataclass(frozen=True)

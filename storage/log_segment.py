@@ -147,11 +147,13 @@ class LogSegment:
                     first_chunk: int = FIRST_CHUNK_BYTES) -> Iterator[BatchChunk]:
         """Complete batches from start_position, read in growing chunks. Stops quietly at a partial
         tail (a writer may be appending); raises CorruptRecordError on an impossible batch length.
-        The partial batch a chunk ends with is kept, so each byte is fetched once."""
+        Where each read is a request (object stores) the partial batch a chunk ends with is kept, so
+        each byte is fetched once; elsewhere it is read again (cheaper than joining it to the next chunk)."""
         end = self._size if end_position is None else min(end_position, self._size)
         pos = start_position
         chunk = first_chunk
         carry = b""  # the bytes of the cut-off batch at the end of the last chunk
+        keep_tail = self.fs.capabilities.remote_reads
         while pos < end:
             buf = self._read_on(carry, pos, min(end, pos + max(chunk, len(carry) + 1)))
             scan = scan_batches(buf, max_batch_size=self.max_batch_size)
@@ -170,7 +172,7 @@ class LogSegment:
             yield BatchChunk(buf, scan, pos, self.source)
             if scan.reason == SCAN_BAD_LENGTH:
                 raise self._bad_length(buf, scan.end, pos)
-            carry = buf[scan.end:]
+            carry = buf[scan.end:] if keep_tail else b""
             pos += scan.end
             chunk = min(chunk * 4, MAX_CHUNK_BYTES)
 

@@ -100,7 +100,8 @@ class ObjectStoreFileSystem(LogFileSystem):
             backend = _Backend(atomic_create, backend.touch_existing, backend.process_local, backend.one_list)
         self._backend = backend
         self.capabilities = Capabilities(append=False, atomic_rename=False, exclusive_create=backend.atomic_create,
-                                         locks=False, fsync=False, cached_listings=True)
+                                         locks=False, fsync=False, cached_listings=True,
+                                         remote_reads=True)
         self._options = dict(storage_options or {})  # only to scrub secrets out of backend messages
         self._ttl = listing_ttl
         self._clock = clock
