@@ -297,7 +297,7 @@ class ObjectProducerStateManager:
                 if self.is_commit(h):
                     writers[h[0]] = (h[2], seg.base_offset)
             segments = collect(self.log.segments, self.segments)
-        except (FileNotFoundError, KafkaStorageError, CorruptRecordError) as e:  # e.g. retention removed one
+        except (OSError, KafkaStorageError, CorruptRecordError) as e:  # e.g. retention removed one
             logger.warning("%s: writer state hint not updated: a segment could not be read (%s); the next "
                            "writer reads more headers", self.fs.url(self.path), e)
             return False  # a hint missing a segment's commit would be wrong; the old one is only stale

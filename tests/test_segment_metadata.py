@@ -215,3 +215,39 @@ def test_a_lookup_on_s3_is_bounded_and_reads_no_log_object_whole(s3_server, s3_r
             assert not (int(first) == 0 and int(last) >= size - 1), r  # never the whole object
     assert read_hint(lm.fs, lm.partition_dir(TP)).segments[0] == SegmentMetadata(
         next(iter(sizes.values())), TS0 + 49)
+
+
+def test_an_append_whose_hint_cannot_be_written_or_read_is_still_appended(monkeypatch):
+    """The hint is written after the commit point: failing to update it must not fail the append
+    (a caller would retry it and append it twice); later lookups only read more."""
+    from storage.errors import KafkaStorageError
+
+    lm = memory_manager()
+    with lm.open_log(TP, writable=True) as log:
+        log.append(build_records(pa.table({"value": [b"a"], "timestamp": pa.array([TS0], pa.int64())})))
+    real_write, real_read = ObjectStoreFileSystem.write_atomic, ObjectStoreFileSystem.read
+
+    def write(self, path, data, **kw):
+        if path.endswith(STATE_FILE):
+            raise KafkaStorageError(f"{path}: injected PUT failure")
+        return real_write(self, path, data, **kw)
+
+    def read(self, path, start=0, end=None):
+        if path.endswith(".log") and (start, end) == (0, 61):  # a first batch header, read for the hint
+            raise KafkaStorageError(f"{path}: injected GET failure")
+        return real_read(self, path, start, end)
+
+    for name, fn in (("write_atomic", write), ("read", read)):
+        with monkeypatch.context() as mp:
+            mp.setattr(ObjectStoreFileSystem, name, fn)
+            lm.fs.delete(lm.fs.join(lm.partition_dir(TP), STATE_FILE), missing_ok=True)  # headers must be read
+            with LogManager(lm.root, fs=lm.fs).open_log(TP, writable=True) as log:
+                n = log.log_end_offset
+                info = log.append(build_records(pa.table({"value": [b"b"], "timestamp": pa.array(
+                    [TS0 + 10 * (n + 1)], pa.int64())})))
+                assert info.first_offset == n
+    model = [TS0, TS0 + 20, TS0 + 30]
+    with LogManager(lm.root, fs=lm.fs).open_log(TP) as log:
+        assert log.log_end_offset == 3
+    got, want = lookup_all(lm, model, [TS0 - 1, TS0 + 1, TS0 + 25, TS0 + 31])
+    assert got == want == [0, 1, 2, None]
