@@ -203,7 +203,7 @@ class Log:
             else:
                 waited = now - seg.created_ms
             roll = (size_now > cfg.segment_bytes - int(sizes[i])
-                    or (size_now > 0 and waited > cfg.segment_ms)
+                    or (size_now > 0 and waited > cfg.max_segment_ms)
                     or seg.offset_index.entries + planned >= seg.offset_index.max_entries
                     or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
                     or int(last[i]) - seg.base_offset > 2**31 - 1)

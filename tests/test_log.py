@@ -100,6 +100,19 @@ def test_roll_on_segment_ms_counts_from_first_batch_timestamp(root):
         assert [s.base_offset for s in log.segments] == [0, 3, 5]
 
 
+def test_compacted_topic_rolls_on_max_compaction_lag_when_it_is_shorter(root):
+    """Kafka's LogConfig.maxSegmentMs: a compacted topic rolls at min(segment.ms, max.compaction.lag.ms),
+    so the active segment (never cleaned) cannot hold records past the compaction lag bound."""
+    lm = make(root, segment_ms=1000, cleanup_policy="compact", max_compaction_lag_ms=400)
+    plain = LogManager(root)
+    plain.create_topic("d", 1, {"segment.ms": "1000", "max.compaction.lag.ms": "400"})  # delete policy: ignored
+    for mgr, tp, want in ((lm, TP, [0, 2, 3, 5, 6]), (plain, TopicPartition("d", 0), [0, 4, 6])):
+        with mgr.open_log(tp, writable=True) as log:
+            for ts in (0, 300, 500, 1000, 1001, 1500, 2002):
+                log.append(kp_batch([(ts, b"k", b"v", [])]))
+            assert [s.base_offset for s in log.segments] == want
+
+
 def test_roll_when_index_is_full(root):
     lm = make(root, segment_index_bytes=32, index_interval_bytes=0)  # 4 offset entries, 2 time entries
     with lm.open_log(TP, writable=True) as log:
