@@ -31,7 +31,8 @@ from storage.log_cleaner_manager import LogCleanerManager
 from storage.log_manager import LogManager
 from storage.log_retention import delete_old_segment_objects
 from storage.maintenance_lease import MaintenanceLease, MaintenanceLeaseError, attach_lease
-from storage.segment_merger import complete_pending_swaps, merge_small_segments
+from storage.segment_merger import merge_small_segments
+from storage.segment_swap import complete_pending_swaps
 from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition
 

@@ -12,7 +12,7 @@ topics at produce time and its cleaner discards them; this engine accepts them, 
 
 A kept batch keeps its baseOffset, lastOffsetDelta, producer fields and codec; records are filtered
 at byte level (their offsetDelta stays valid) and recompressed with compression.py. Each group's
-output is written as `<base>.log.cleaned` and swapped in under the partition lock (Log.replace_segments)
+output is written as `<base>.log.cleaned` and swapped in under the partition lock (segment_swap.py)
 after checking that the segments it replaces are unchanged. Transaction markers (control batches)
 are copied as they are and transactional records never enter the map, so they are only dropped when
 a newer non-transactional record of their key exists; aborted transactions are not removed.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -30,14 +31,17 @@ import numpy as np
 from . import _cleaner_kernels as K
 from .cleaner_batches import empty_batch, framing_error, record_areas, rewritten_batches
 from .errors import InvalidConfigError, KafkaStorageError
+from .index import OffsetIndex, TimeIndex
 from .index_planner import plan_index_entries
 from .log import Log
+from .local_filesystem import LocalFileSystem
 from .log_loader import LOCK_FILE
 from .log_segment import INT32_MAX, LogSegment
 from .offset_map import (DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, KeyCounter,
                          SkimpyOffsetMap)
 from .records import record_batch as rb
 from .records.record_batch import as_uint8, scan_batches, validate_batches
+from .segment_swap import publish_swap, replace_in_memory, replace_segments
 from .throttler import UNLIMITED, Throttler
 from .topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
 
@@ -55,7 +59,7 @@ class CleanerConfig:
     io_max_bytes_per_second: float = UNLIMITED  # log.cleaner.io.max.bytes.per.second
     lock_timeout_ms: int = 30_000  # wait for the partition lock at swap time, then give up (retried next run)
     # object stores only (ours, not Kafka's): segments younger than this are not merged or cleaned
-    # (segment_merger.settled_bound), and the maintenance lease's TTL (maintenance_lease.py)
+    # (segment_swap.settled_bound), and the maintenance lease's TTL (maintenance_lease.py)
     merge_min_age_ms: int = 60_000
     lease_ttl_ms: int = 600_000
 
@@ -152,10 +156,6 @@ def _scratch_dir(log: Log):
     if not log.immutable:
         yield None
         return
-    import tempfile
-
-    from .filesystem import LocalFileSystem
-
     with tempfile.TemporaryDirectory(prefix="kafkalog-clean-") as tmp:
         yield LocalFileSystem(), tmp
 
@@ -473,14 +473,11 @@ class Cleaner:
         else:
             with self._partition_lock(log):
                 self._verify_unchanged(log, sources, rnd.mtimes)
-                log.replace_segments([out], sources)
+                replace_segments(log, [out], sources)
         rnd.res.groups.append((out.base_offset, tuple(s.base_offset for s in sources)))
 
     def _publish(self, log: Log, out: LogSegment, sources: list[LogSegment]) -> None:
-        """Object store: the create-only swap of storage/segment_merger.py instead of renames under a lock."""
-        from .index import OffsetIndex, TimeIndex
-        from .segment_merger import publish_swap, replace_in_memory
-
+        """Object store: the create-only swap of storage/segment_swap.py instead of renames under a lock."""
         data = out.fs.read(out.log_path)
         off_rows = np.frombuffer(out.fs.read(out.offset_index.path), OffsetIndex.entry_dtype).copy()
         time_rows = np.frombuffer(out.fs.read(out.time_index.path), TimeIndex.entry_dtype).copy()

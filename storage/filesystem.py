@@ -2,24 +2,18 @@
 
 Implementations declare what they can do (append, atomic rename, exclusive create, locks) so the
 log code chooses a protocol by capability, never by URL scheme. Paths are '/'-separated strings.
+The seam knows none of its implementations (storage/local_filesystem.py, storage/objects/); the
+factory above them all, storage/filesystem_factory.py, picks one for a URL.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-import errno
-import fcntl
-import os
-import threading
-import time
-import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
-import fsspec
-
-from .errors import KafkaStorageError, LogLockedError
+from .errors import KafkaStorageError
 
 
 @dataclass(frozen=True)
@@ -156,367 +150,40 @@ class LogFileSystem(abc.ABC):
     def invalidate_listings(self, path: str | None = None) -> None:
         """Forget cached listings of path (all, when None) on stores that cache them; a no-op here."""
 
+    def copy(self, src: str, dst: str) -> None:
+        """Make dst a copy of src, appearing whole (FileNotFoundError when src is gone). Object stores
+        copy server-side."""
+        self.write_atomic(dst, self.read(src), durable=False)
+
+    def delete_many(self, paths: list[str]) -> None:
+        """Delete files (missing ones are fine); object stores batch the requests."""
+        for p in paths:
+            self.delete(p)
+
+    def modified_times(self, path: str, names=None) -> dict[str, int]:
+        """{name: modification time in ms} of the files directly under `path` (those in `names` when
+        given; one fresh LIST on object stores). Files removed meanwhile are left out."""
+        if names is None:
+            names = [f.name for f in self.listdir(path) if not f.is_dir]
+        out = {}
+        for name in names:
+            try:
+                out[name] = self.modified_ms(self.join(path, name))
+            except FileNotFoundError:
+                pass
+        return out
+
+    def same_object(self, a: str, b: str) -> bool:
+        """Whether two files hold the same bytes (False when either is gone). Object stores compare
+        plain MD5 ETags where both have one."""
+        try:
+            return self.size(a) == self.size(b) and self.read(a) == self.read(b)
+        except FileNotFoundError:
+            return False
+
     # -- coordination
     @abc.abstractmethod
     def lock(self, path: str, *, timeout: float | None = None) -> contextlib.AbstractContextManager: ...
-
-
-# ---------------------------------------------------------------- local disk
-
-
-class _LocalReader(FileReader):
-    def __init__(self, fs, path: str):
-        super().__init__(fs, path)
-        self._fd = os.open(path, os.O_RDONLY)
-
-    def size(self) -> int:
-        return os.fstat(self._fd).st_size
-
-    def read(self, start: int, end: int) -> bytes:
-        if self._fd < 0:
-            raise ValueError(f"reader of {self.path} is closed")
-        data = os.pread(self._fd, max(0, end - start), start)
-        while len(data) < end - start:  # short reads are legal; stop at the end of the file
-            more = os.pread(self._fd, end - start - len(data), start + len(data))
-            if not more:
-                break
-            data += more
-        return data
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-class _LocalAppender(Appender):
-    def __init__(self, path: str, create: bool):
-        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
-        try:
-            self._fd = os.open(path, flags, 0o644)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot open {path} for append: {e.strerror}") from e
-        self._path = path
-        self._size = os.fstat(self._fd).st_size
-
-    def write(self, data) -> None:
-        view = memoryview(data)
-        while view.nbytes:
-            n = os.write(self._fd, view)
-            view = view[n:]
-            self._size += n
-
-    def flush(self, fsync: bool = True) -> None:
-        if fsync:
-            os.fsync(self._fd)
-
-    def truncate(self, size: int) -> None:
-        os.ftruncate(self._fd, size)
-        self._size = size
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-
-class LocalFileSystem(LogFileSystem):
-    """POSIX local disk: O_APPEND writes, fsync, rename(2), O_EXCL and flock(2)."""
-
-    capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=True)
-    protocol = "file"
-
-    def __init__(self):
-        self._fs = fsspec.filesystem("file")
-
-    def exists(self, path):
-        return os.path.exists(path)
-
-    def isdir(self, path):
-        return os.path.isdir(path)
-
-    def listdir(self, path):
-        try:
-            with os.scandir(path) as it:
-                out = []
-                for e in it:
-                    try:
-                        st = e.stat()
-                    except FileNotFoundError:  # removed between listing and stat
-                        continue
-                    out.append(FileInfo(e.name, st.st_size, e.is_dir()))
-                return out
-        except FileNotFoundError:
-            return []
-
-    def size(self, path):
-        return os.path.getsize(path)
-
-    def read(self, path, start=0, end=None):
-        with open(path, "rb") as f:
-            f.seek(start)
-            return f.read(-1 if end is None else max(0, end - start))
-
-    def modified_ms(self, path):
-        return int(os.stat(path).st_mtime * 1000)
-
-    def open_reader(self, path):
-        return _LocalReader(self, path)
-
-    def touch(self, path):
-        os.utime(path)
-
-    def write_atomic(self, path, data, *, durable=True):
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if durable:
-            self.sync_dir(os.path.dirname(path) or ".")
-
-    def create_exclusive(self, path, data):
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return True
-
-    def open_appender(self, path, *, create=True):
-        return _LocalAppender(path, create)
-
-    def write_at(self, path, positions, data, *, durable=True):
-        width = len(data) // max(1, len(positions))
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            size = os.fstat(fd).st_size
-            if len(positions) and int(max(positions)) + width > size:
-                raise KafkaStorageError(f"{path}: write_at {int(max(positions))} is past the end ({size})")
-            view = memoryview(data)
-            for i, pos in enumerate(positions):  # one pwrite per batch header, not per record
-                os.pwrite(fd, view[i * width:(i + 1) * width], int(pos))
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def truncate(self, path, size):
-        os.truncate(path, size)
-
-    def rename(self, src, dst):
-        os.replace(src, dst)
-
-    def delete(self, path, *, missing_ok=True):
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            if not missing_ok:
-                raise
-
-    def delete_dir(self, path):
-        if os.path.isdir(path):
-            self._fs.rm(path, recursive=True)
-
-    def mkdirs(self, path):
-        os.makedirs(path, exist_ok=True)
-
-    def sync_dir(self, path):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    @contextlib.contextmanager
-    def lock(self, path, *, timeout=None):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as e:
-                    if e.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise LogLockedError(f"{path} is locked by another process") from None
-                    time.sleep(0.01)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
-
-
-# ---------------------------------------------------------------- fsspec memory (tests)
-
-
-class _MemoryAppender(Appender):
-    def __init__(self, fs: "MemoryFileSystem", path: str, create: bool):
-        if not fs._fs.exists(path):
-            if not create:
-                raise KafkaStorageError(f"cannot open {path} for append: no such file")
-            fs._fs.pipe_file(path, b"")
-        self._fs = fs
-        self._path = path
-
-    def write(self, data) -> None:
-        with self._fs._fs.open(self._path, "ab") as f:
-            f.write(bytes(data))
-
-    def flush(self, fsync: bool = True) -> None:
-        pass
-
-    def truncate(self, size: int) -> None:
-        self._fs.truncate(self._path, size)
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def size(self) -> int:
-        return self._fs.size(self._path)
-
-
-_memory_locks: dict[str, threading.Lock] = {}
-_memory_locks_guard = threading.Lock()
-_memory_touched: dict[str, int] = {}  # modification marks (fsspec's memory store keeps creation time only)
-
-
-class MemoryFileSystem(LogFileSystem):
-    """fsspec's process-wide memory store, for fast unit tests. Locks are per process."""
-
-    capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=False)
-    protocol = "memory"
-
-    def __init__(self):
-        self._fs = fsspec.filesystem("memory")
-        self._guard = threading.Lock()
-        self._touched = _memory_touched
-
-    def url(self, path):
-        return f"memory://{path}"
-
-    def _norm(self, path: str) -> str:
-        return self._fs._strip_protocol(path)
-
-    def exists(self, path):
-        return self._fs.exists(path)
-
-    def isdir(self, path):
-        return self._fs.isdir(path)
-
-    def listdir(self, path):
-        if not self._fs.isdir(path):
-            return []
-        out = []
-        for entry in self._fs.ls(path, detail=True):
-            out.append(FileInfo(self.basename(entry["name"]), int(entry.get("size") or 0),
-                                entry["type"] == "directory"))
-        return out
-
-    def size(self, path):
-        return int(self._fs.size(path))
-
-    def read(self, path, start=0, end=None):
-        return self._fs.cat_file(path, start=start, end=end)
-
-    def modified_ms(self, path):
-        key = self._norm(path)
-        if key in self._touched:
-            return self._touched[key]
-        created = self._fs.info(path).get("created")
-        return int(created.timestamp() * 1000) if created is not None else int(time.time() * 1000)
-
-    def touch(self, path):
-        self._touched[self._norm(path)] = int(time.time() * 1000)
-
-    def write_atomic(self, path, data, *, durable=True):
-        self._fs.pipe_file(path, bytes(data))
-
-    def create_exclusive(self, path, data):
-        with self._guard:
-            if self._fs.exists(path):
-                return False
-            self._fs.pipe_file(path, bytes(data))
-            return True
-
-    def open_appender(self, path, *, create=True):
-        return _MemoryAppender(self, path, create)
-
-    def write_at(self, path, positions, data, *, durable=True):
-        width = len(data) // max(1, len(positions))
-        with self._guard:
-            buf = bytearray(self._fs.cat_file(path))
-            for i, pos in enumerate(positions):
-                if int(pos) + width > len(buf):
-                    raise KafkaStorageError(f"{self.url(path)}: write_at {int(pos)} is past the end ({len(buf)})")
-                buf[int(pos):int(pos) + width] = data[i * width:(i + 1) * width]
-            self._fs.pipe_file(path, bytes(buf))
-
-    def truncate(self, path, size):
-        with self._guard:
-            data = self._fs.cat_file(path)
-            self._fs.pipe_file(path, data[:size] + b"\0" * max(0, size - len(data)))
-
-    def rename(self, src, dst):
-        with self._guard:
-            data = self._fs.cat_file(src)
-            self._fs.pipe_file(dst, data)
-            self._fs.rm_file(src)
-
-    def delete(self, path, *, missing_ok=True):
-        try:
-            self._fs.rm_file(path)
-        except FileNotFoundError:
-            if not missing_ok:
-                raise
-
-    def delete_dir(self, path):
-        if self._fs.exists(path):
-            self._fs.rm(path, recursive=True)
-
-    def mkdirs(self, path):
-        self._fs.makedirs(path, exist_ok=True)
-
-    def sync_dir(self, path):
-        pass
-
-    @contextlib.contextmanager
-    def lock(self, path, *, timeout=None):
-        key = self._norm(path)
-        with _memory_locks_guard:
-            lk = _memory_locks.setdefault(key, threading.Lock())
-        if not lk.acquire(timeout=-1 if timeout is None else timeout):
-            raise LogLockedError(f"{self.url(path)} is locked")
-        try:
-            yield
-        finally:
-            lk.release()
-
-
-def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogFileSystem, str]:
-    """Pick the filesystem for a log dir URL; returns (filesystem, path within it)."""
-    if "://" not in url:
-        return LocalFileSystem(), os.path.abspath(url)
-    protocol, rest = url.split("://", 1)
-    if protocol == "file":
-        return LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
-    if protocol == "memory":  # stays a full filesystem (append, rename, locks) for fast tests
-        return MemoryFileSystem(), "/" + rest.lstrip("/")
-    from .object_store import open_object_store  # s3://, gs://, abfs://, ...: immutable objects
-
-    return open_object_store(url, storage_options)
 
 
 def iter_files(fs: LogFileSystem, path: str) -> Iterator[FileInfo]:

@@ -553,39 +553,9 @@ class Log:
         """Kafka's nonActiveLogSegmentsFrom: segments from the one holding `offset` up to the active one."""
         return self.segments_in_range(offset, self.active_segment.base_offset)
 
-    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
-        """Swap compaction output (segments whose files end in `.cleaned`) in for the segments it
-        replaces, as Kafka's replaceSegments does: `.cleaned` -> `.swap`, old files -> `.deleted`
-        (touched: file.delete.delay.ms counts from now), `.swap` -> live names, then the in-memory list.
-        The caller holds the partition lock. A crash between steps leaves `.swap` files, which the
-        loader completes (it removes the live segments the swap covers), or only `.cleaned` files,
-        which it removes. The active segment is never replaced."""
-        from .topic_partition import CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
-
-        old_ids = {id(s) for s in old_segments}
-        if id(self.active_segment) in old_ids:
-            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: the active segment cannot be replaced")
-        if any(not any(s is live for live in self._segments) for s in old_segments):
-            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: a replaced segment is not in the log")
-        fresh = sorted(new_segments, key=lambda s: s.base_offset)
-        for seg in fresh:
-            seg.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
-        if self.fs.capabilities.fsync:
-            self.fs.sync_dir(self.dir)
-        for seg in old_segments:
-            seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
-            for path in seg.files():
-                if self.fs.exists(path):
-                    self.fs.touch(path)
-        for seg in fresh:
-            seg.change_file_suffixes(SWAP_FILE_SUFFIX, "")
-        if self.fs.capabilities.fsync:
-            self.fs.sync_dir(self.dir)
-        self.swap_in_memory(fresh, old_segments)
-
     def swap_in_memory(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
         """Put swapped-in segments in place of the ones they replace in the segment list, once the
-        files (or objects) already say so: the last step of replace_segments and of an object swap."""
+        files (or objects) already say so: the last step of every swap (storage/segment_swap.py)."""
         old_ids = {id(s) for s in old_segments}
         for seg in new_segments:
             seg.rolled = True

@@ -21,7 +21,8 @@ from .cleaner import Cleaner, CleanerConfig, CleanResult
 from .log import Log
 from .log_manager import ROOT_LOCK_FILE, LogManager
 from .producer_state import ProducerStateManager
-from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS, settle_hint, settled_bound
+from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
+from .segment_swap import settle_hint, settled_bound
 from .topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int,
                       bound: int | None = None) -> tuple[int, int, bool]:
     """(first dirty offset, first uncleanable offset, checkpoint needs rewriting). A checkpoint below
     the log start or past the log end is reset to the log start, as Kafka does. `bound` caps the
-    uncleanable offset (object stores: segment_merger.settled_bound)."""
+    uncleanable offset (object stores: segment_swap.settled_bound)."""
     start = log.log_start_offset
     force = False
     if checkpoint_offset is None:
@@ -119,7 +120,7 @@ class LogCleanerManager:
         self.lm = lm
         self.cleaner = cleaner or Cleaner(config)
         self.cleaner.check = check  # object stores: the maintenance lease, re-checked before each swap
-        self.merge_min_age_ms = merge_min_age_ms  # object stores: see segment_merger.settled_bound
+        self.merge_min_age_ms = merge_min_age_ms  # object stores: see segment_swap.settled_bound
         self.checkpoint = OffsetCheckpointFile(lm.fs, lm.fs.join(lm.root, CLEANER_OFFSET_CHECKPOINT_FILE))
         self.last_errors: dict[TopicPartition, BaseException] = {}  # partitions cleanable_logs could not assess
 
@@ -152,7 +153,7 @@ class LogCleanerManager:
 
     def _bound(self, log: Log, now_ms: int) -> int | None:
         """Object stores: clean only settled segments, with the writer-state hint complete below them
-        (storage/segment_merger.py). Elsewhere: not from a pending sink commit on (its resolution reads
+        (storage/segment_swap.py). Elsewhere: not from a pending sink commit on (its resolution reads
         the commit's first batch), else None (no cap)."""
         if not log.immutable:
             return ProducerStateManager(log.fs, log.dir).first_unstable_offset()

@@ -8,7 +8,7 @@ Readers only look: they never change a file, and stop quietly at a tail still be
 On a filesystem without append or locks (immutable segments, see storage/immutable_segment.py)
 there is no lock, nothing to recover (every segment object is whole) and nothing is cleaned up: a
 committed `.log.swap` of the maintenance job is read in place of the segments it replaces (the job
-completes it, storage/segment_merger.py); a segment whose index objects are missing gets them rebuilt
+completes it, storage/segment_swap.py); a segment whose index objects are missing gets them rebuilt
 in memory, and written when the log is opened for writing.
 """
 
@@ -247,7 +247,7 @@ class LogLoader:
         return view
 
     def _object_swap_view(self, files: list[FileInfo]) -> tuple[dict[int, LogSegment], list[tuple[int, int]]]:
-        """Immutable segments: a committed `<base>.log.swap` (storage/segment_merger.py) replaces the live
+        """Immutable segments: a committed `<base>.log.swap` (storage/segment_swap.py) replaces the live
         segments in [base, its next offset) for every loader, readers and writers alike, until the
         maintenance job completes it; nothing is changed here. Two overlapping swaps mean two
         maintenance jobs at work: that is reported, not guessed at."""

@@ -28,7 +28,8 @@ from .errors import (
     InvalidConfigError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError, TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from .filesystem import LogFileSystem, open_filesystem
+from .filesystem import LogFileSystem
+from .filesystem_factory import open_filesystem
 from .log import Log
 from .log_config import LogConfig
 from .log_loader import LOCK_FILE, LogLoader

@@ -19,6 +19,7 @@ from .filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment
+from .segment_swap import copy_if_present
 from .topic_partition import DELETED_FILE_SUFFIX, TopicPartition, parse_log_dir_name, parse_segment_file
 
 REASON_LOG_START_OFFSET = "log-start-offset"
@@ -190,13 +191,11 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
     """Copy each segment's objects to `.deleted` twins, then delete them (.log objects first, so no listing
     shows an index without its log). Idempotent: a missing object is skipped. Index objects below
     `orphans_below` whose .log is gone (a crash between the deletes) go the same way."""
-    from .segment_merger import _copy, _delete_many
-
     logs, indexes = [], []
     for seg in segments:
         seg.release_readers()
         for path in seg.files():
-            if _copy(fs, path, path + DELETED_FILE_SUFFIX):
+            if copy_if_present(fs, path, path + DELETED_FILE_SUFFIX):
                 (logs if path == seg.log_path else indexes).append(path)
     names = {f.name for f in fs.listdir(dir) if not f.is_dir} if orphans_below > 0 else set()
     for name in sorted(names):
@@ -204,10 +203,10 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
         if p is not None and not p.extra and p.suffix != ".log" and p.base_offset < orphans_below \
                 and f"{p.base_offset:020d}.log" not in names:
             path = fs.join(dir, name)
-            if path not in indexes and _copy(fs, path, path + DELETED_FILE_SUFFIX):
+            if path not in indexes and copy_if_present(fs, path, path + DELETED_FILE_SUFFIX):
                 indexes.append(path)
-    _delete_many(fs, logs)
-    _delete_many(fs, indexes)
+    fs.delete_many(logs)
+    fs.delete_many(indexes)
 
 
 def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
@@ -215,26 +214,11 @@ def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
     """Remove the `.deleted` segment files in a partition directory whose modification time is at least
     `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
     now = _now() if now_ms is None else now_ms
-    listed = getattr(fs, "modified_times", None)  # object stores: times from one LIST, deletes batched
-    if listed is not None:
-        due = sorted(n for n, t in listed(dir).items() if now - t >= delay_ms
-                     and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX)
-        fs.delete_many([fs.join(dir, n) for n in due])
-        return due
-    removed = []
-    for f in fs.listdir(dir):
-        parsed = parse_segment_file(f.name)
-        if f.is_dir or parsed is None or parsed.extra != DELETED_FILE_SUFFIX:
-            continue
-        path = fs.join(dir, f.name)
-        try:
-            if now - fs.modified_ms(path) < delay_ms:
-                continue
-        except FileNotFoundError:  # removed by a writer's loader meanwhile
-            continue
-        fs.delete(path)
-        removed.append(f.name)
-    return sorted(removed)
+    # one scandir locally, one fresh LIST on object stores (where the deletes are batched too)
+    due = sorted(n for n, t in fs.modified_times(dir).items() if now - t >= delay_ms
+                 and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX)
+    fs.delete_many([fs.join(dir, n) for n in due])
+    return due
 
 
 # ---------------------------------------------------------------- deleted topics' directories

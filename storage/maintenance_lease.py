@@ -8,7 +8,7 @@ LIST) before every commit point, so a job that lost its lease stops before it ch
 
 Leases without fencing cannot stop a holder that pauses longer than the TTL between a check and its
 next write; the TTL (default 10 minutes) must exceed such pauses. Every swap step is idempotent and a
-second job rolls its own swap back when it sees another one (storage/segment_merger.py), so even then
+second job rolls its own swap back when it sees another one (storage/segment_swap.py), so even then
 no committed record is lost.
 """
 

@@ -1,30 +1,54 @@
 """Reads of one object version on an object store: what a local file descriptor gives a reader for free.
 
+Below storage/objects/object_store.py (which opens these readers); `fs` here is its ObjectStoreFileSystem.
+
 A reader pins the version it listed (or first reads) and reads only that one, so a segment the
 maintenance job replaces or removes mid-read is read on from its `.deleted` twin, or fails with an
-error naming it, never with other bytes (storage/segment_merger.py keeps the twins).
+error naming it, never with other bytes (storage/segment_swap.py keeps the twins).
 """
 
 from __future__ import annotations
 
 import errno
+import threading
 from typing import Any
 
 import fsspec.asyn
 
 from .errors import CorruptRecordError
-from .filesystem import FileReader
-from .object_store import ObjectStoreFileSystem, _error_code, _plain_md5_etag, _process_create_lock
+from .filesystem import FileReader, LogFileSystem
+from .topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+
+# fsspec's memory store checks then sets on create: object_store makes that one step under this lock,
+# and pinned reads take it to see one version of an object
+process_create_lock = threading.Lock()
 
 
-def pinned_get(fs: ObjectStoreFileSystem, path: str, start: int, end: int, tag) -> tuple[bytes, Any]:
+def error_code(exc: BaseException) -> str | None:
+    """The S3-style error code behind an fsspec exception (botocore ClientError in the cause chain)."""
+    seen = 0
+    while exc is not None and seen < 5:
+        resp = getattr(exc, "response", None)
+        if isinstance(resp, dict) and isinstance(resp.get("Error"), dict):
+            return resp["Error"].get("Code")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def plain_md5_etag(etag: Any) -> str | None:
+    """The ETag as a lowercase hex MD5 when it is one (a single-part upload's), else None."""
+    tag = str(etag or "").strip('"').lower()
+    return tag if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) else None
+
+
+def pinned_get(fs: LogFileSystem, path: str, start: int, end: int, tag) -> tuple[bytes, Any]:
     """Bytes [start, end) of the object if it is still version `tag` (None: any), and its version.
     Raises _ObjectChanged when the object is another version or gone."""
     key = fs._norm(path)
     if end <= start:
         return b"", tag
     if fs._backend.process_local:  # fsspec's memory store: a version is a MemoryFile object
-        with _process_create_lock:
+        with process_create_lock:
             obj = getattr(fs._fs, "store", {}).get(key)
         if obj is None:
             raise _ObjectChanged(path)
@@ -48,7 +72,7 @@ def pinned_get(fs: ObjectStoreFileSystem, path: str, start: int, end: int, tag) 
         except FileNotFoundError:
             raise _ObjectChanged(path) from None
         except Exception as e:
-            code = _error_code(e)
+            code = error_code(e)
             if code in ("PreconditionFailed", "NoSuchKey", "404"):
                 raise _ObjectChanged(path) from None
             if code == "InvalidRange":
@@ -80,7 +104,7 @@ class PinnedObjectReader(FileReader):
     error naming the object, never with other bytes. No request is added to the reads themselves.
     """
 
-    def __init__(self, fs: ObjectStoreFileSystem, path: str, version=None, size: int | None = None):
+    def __init__(self, fs: LogFileSystem, path: str, version=None, size: int | None = None):
         super().__init__(fs, path)
         self._at = path  # the name reads go to: the path, or its .deleted twin
         self._tag = version  # the pinned version: the one the last listing showed, else the first one read
@@ -100,7 +124,7 @@ class PinnedObjectReader(FileReader):
         pinned = self._tag
         key = fs._norm(self._at)
         if fs._backend.process_local:
-            with _process_create_lock:
+            with process_create_lock:
                 obj = getattr(fs._fs, "store", {}).get(key)
             if obj is None or (pinned is not None and obj is not pinned[0]):
                 raise FileNotFoundError(errno.ENOENT, "open: not found (or replaced)", fs.url(self._at))
@@ -130,8 +154,6 @@ class PinnedObjectReader(FileReader):
     def _from_twin(self, start: int, end: int) -> tuple[bytes, Any]:
         """Read from the object that now holds the pinned version: a `.swap`'s final name, or the
         `.deleted` twin of a segment object; a clear error when neither does."""
-        from .topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
-
         fs = self.fs
         twin = self.path[: -len(SWAP_FILE_SUFFIX)] if self.path.endswith(SWAP_FILE_SUFFIX) \
             else self.path + DELETED_FILE_SUFFIX
@@ -158,7 +180,7 @@ class PinnedObjectReader(FileReader):
         fs = self.fs
         key = fs._norm(twin)
         if fs._backend.process_local:
-            with _process_create_lock:
+            with process_create_lock:
                 obj = getattr(fs._fs, "store", {}).get(key)
             if obj is None or obj.getbuffer() != self._tag[0].getbuffer():
                 return False
@@ -175,7 +197,7 @@ class PinnedObjectReader(FileReader):
         pinned = self._tag if fs.protocol in ("s3", "s3a") else self._tag[0]
         if self._size is not None and size != self._size:
             return False
-        a, b = _plain_md5_etag(tag), _plain_md5_etag(pinned)
+        a, b = plain_md5_etag(tag), plain_md5_etag(pinned)
         if a is not None and b is not None and a != b:
             return False
         self._twin_tag = tag if fs.protocol in ("s3", "s3a") else (tag or info.get("generation"), info.get("size"))

@@ -21,6 +21,7 @@ from fsspec.core import url_to_fs
 
 from .errors import KafkaStorageError
 from .filesystem import Appender, Capabilities, FileInfo, LogFileSystem
+from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
 from .storage_options import redact_text, redact_url, safe_repr
 
 # How long a listing may be served from the cache (seconds). None: until this instance writes under it.
@@ -50,28 +51,11 @@ _BACKENDS = {
     "memory": _Backend(atomic_create=True, touch_existing="rewrite", process_local=True),
 }
 _UNKNOWN = _Backend(atomic_create=False, touch_existing=None)
-_process_create_lock = threading.Lock()
 
 
 def _protocol_of(fs: fsspec.AbstractFileSystem) -> str:
     p = fs.protocol
     return p[0] if isinstance(p, (tuple, list)) else p
-
-
-def _error_code(exc: BaseException) -> str | None:
-    """The S3-style error code behind an fsspec exception (botocore ClientError in the cause chain)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        resp = getattr(exc, "response", None)
-        if isinstance(resp, dict) and isinstance(resp.get("Error"), dict):
-            return resp["Error"].get("Code")
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return None
-
-
-def _plain_md5_etag(etag: Any) -> str | None:
-    tag = str(etag or "").strip('"').lower()
-    return tag if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) else None
 
 
 class ObjectStoreFileSystem(LogFileSystem):
@@ -294,7 +278,7 @@ class ObjectStoreFileSystem(LogFileSystem):
         try:
             data = self._fs.cat_file(self._norm(path), start=start, end=None if end is None else int(end))
         except Exception as e:
-            if _error_code(e) == "InvalidRange":  # 416: start is at or past the end
+            if error_code(e) == "InvalidRange":  # 416: start is at or past the end
                 return b""
             raise self._fail(f"read [{start}, {end})", path, e)
         if end is not None and len(data) > int(end) - start:  # a store that ignored Range: keep the contract
@@ -317,14 +301,13 @@ class ObjectStoreFileSystem(LogFileSystem):
         """A reader pinned to the object version it first sees (see PinnedObjectReader)."""
         if not self.exists(path):
             raise FileNotFoundError(errno.ENOENT, "open: not found", self.url(path))
-        from .object_reader import PinnedObjectReader
-
         with self._cache_guard:
             tag, size = self._versions.get(self._norm(path), (None, None))
         return PinnedObjectReader(self, path, tag, size)
 
-    def modified_times(self, path) -> dict[str, int]:
-        """{name: modification time in ms} of the objects directly under `path`, from one fresh LIST."""
+    def modified_times(self, path, names=None) -> dict[str, int]:
+        """{name: modification time in ms} of the objects directly under `path` (those in `names` when
+        given), from one fresh LIST."""
         key = self._norm(path)
         try:
             entries = self._ls(key)
@@ -341,7 +324,24 @@ class ObjectStoreFileSystem(LogFileSystem):
                 continue
             out[self.basename(self._fs._strip_protocol(e["name"]))] = (
                 int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000))
+        if names is not None:
+            wanted = set(names)
+            out = {n: t for n, t in out.items() if n in wanted}
         return out
+
+    def same_object(self, a, b) -> bool:
+        """Whether two objects hold the same bytes: sizes, then plain MD5 ETags when both have one
+        (two HEADs), else the bytes."""
+        try:
+            ia, ib = self._fs.info(self._norm(a)), self._fs.info(self._norm(b))
+            if int(ia.get("size") or 0) != int(ib.get("size") or 0):
+                return False
+            ta, tb = plain_md5_etag(ia.get("ETag") or ia.get("etag")), plain_md5_etag(ib.get("ETag") or ib.get("etag"))
+            if ta is not None and tb is not None:
+                return ta == tb
+            return self.read(a) == self.read(b)
+        except FileNotFoundError:
+            return False
 
     def delete_many(self, paths) -> None:
         """Delete objects (missing ones are fine) with batched requests (S3: DeleteObjects, 1000 a call)."""
@@ -374,7 +374,7 @@ class ObjectStoreFileSystem(LogFileSystem):
                 except FileNotFoundError:
                     raise
                 except Exception as e:  # e.g. larger than a single CopyObject takes: the managed copy
-                    if _error_code(e) in ("NoSuchKey", "404"):
+                    if error_code(e) in ("NoSuchKey", "404"):
                         raise FileNotFoundError(src) from None
             self._fs.cp_file(self._norm(src), self._norm(dst))
         except Exception as e:
@@ -412,7 +412,7 @@ class ObjectStoreFileSystem(LogFileSystem):
                 except FileExistsError:
                     return self._holds(path, data)
                 except Exception as e:
-                    code = _error_code(e)
+                    code = error_code(e)
                     if code == "PreconditionFailed":  # a 412 translated without its Condition
                         return self._holds(path, data)
                     if code != "ConditionalRequestConflict" or attempt + 1 == _CONFLICT_RETRIES:
@@ -424,7 +424,7 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     def _put_if_absent(self, key: str, data: bytes) -> None:
         if self._backend.process_local:  # fsspec's memory store checks then sets: make that one step
-            with _process_create_lock:
+            with process_create_lock:
                 self._fs.pipe_file(key, data, mode="create")
         else:
             self._fs.pipe_file(key, data, mode="create")
@@ -439,7 +439,7 @@ class ObjectStoreFileSystem(LogFileSystem):
             raise self._fail("create (checking the existing object)", path, e)
         if int(info.get("size") or 0) != len(data):
             return False
-        etag = _plain_md5_etag(info.get("ETag") or info.get("etag"))
+        etag = plain_md5_etag(info.get("ETag") or info.get("etag"))
         if etag is not None:
             return etag == hashlib.md5(data, usedforsecurity=False).hexdigest()
         return self.read(path, 0, len(data)) == data

@@ -9,7 +9,7 @@ from storage.checkpoint import (
     CorruptCheckpointError, OffsetCheckpointFile, parse_checkpoint,
 )
 from storage.errors import KafkaLogError, KafkaStorageError
-from storage.filesystem import LocalFileSystem, MemoryFileSystem
+from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.topic_partition import TopicPartition
 
 # What a Kafka broker leaves in a log dir (hand-written in Kafka's CheckpointFile layout).

@@ -11,7 +11,8 @@ import pytest
 from kafka_reference import kp_batch
 from test_cleaner import check_indexes
 
-from storage.filesystem import Appender, LogFileSystem, MemoryFileSystem
+from storage.filesystem import Appender, LogFileSystem
+from storage.local_filesystem import MemoryFileSystem
 from storage.log_cleaner_manager import LogCleanerManager
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition, parse_segment_file

@@ -17,7 +17,7 @@ from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 import storage.immutable_segment as immutable_segment
 import storage.record_stager as record_stager
 from storage.errors import ConcurrentAppendError, KafkaStorageError, RecordTooLargeError
-from storage.filesystem import LocalFileSystem, MemoryFileSystem
+from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.log import Log
 from storage.log_manager import LogManager
 from storage.object_store import ObjectStoreFileSystem

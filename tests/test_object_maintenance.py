@@ -509,7 +509,8 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
 
 
 def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces():
-    from storage.segment_merger import build_merged, complete_pending_swaps, swap_path
+    from storage.segment_merger import build_merged
+    from storage.segment_swap import complete_pending_swaps, swap_path
 
     lm = manager({"retention.ms": "-1"})
     for i in range(5):
@@ -534,7 +535,8 @@ def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces()
 
 
 def test_overlapping_swaps_are_reported_and_a_second_swap_rolls_itself_back():
-    from storage.segment_merger import SwapAbortedError, build_merged, publish_swap, swap_path
+    from storage.segment_merger import build_merged
+    from storage.segment_swap import SwapAbortedError, publish_swap, swap_path
 
     lm = manager({"retention.ms": "-1"})
     for i in range(5):
@@ -573,7 +575,7 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
 @pytest.mark.parametrize("kind", ["local", "memory"])
 def test_the_merge_is_offered_on_local_disk_too(tmp_path, kind):
     """With locks and append (an opt-in there): the cleaner's swap, same groups, same bytes, Kafka's indexes."""
-    from storage.filesystem import LocalFileSystem, MemoryFileSystem
+    from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
     from storage.segment_merger import merge_small_segments
 
     fs, root = (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(),
