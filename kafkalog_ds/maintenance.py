@@ -8,7 +8,7 @@ a delete or a swap, so the job runs beside live writers and readers.
 
 On object stores (no locks) the job also merges small segments (storage/segment_merger.py), every
 rewrite is a create-only swap or an idempotent copy-and-delete, and one job per log dir runs at a
-time, by a create-only lease (storage/maintenance_lease.py).
+time, by a create-only lease (storage/objects/maintenance_lease.py).
 
     kafkalog maintain ROOT --once          one pass (cron, Airflow)
     kafkalog maintain ROOT                 a pass every log.retention.check.interval.ms
@@ -30,7 +30,7 @@ from storage.errors import KafkaLogError, UnknownTopicOrPartitionError
 from storage.log_cleaner_manager import LogCleanerManager
 from storage.log_manager import LogManager
 from storage.log_retention import delete_old_segment_objects
-from storage.maintenance_lease import MaintenanceLease, MaintenanceLeaseError, attach_lease
+from storage.objects.maintenance_lease import MaintenanceLease, MaintenanceLeaseError, attach_lease
 from storage.segment_merger import merge_small_segments
 from storage.segment_swap import complete_pending_swaps
 from storage.storage_options import storage_options_from_cli

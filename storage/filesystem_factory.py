@@ -6,7 +6,7 @@ import os
 
 from .filesystem import LogFileSystem
 from .local_filesystem import LocalFileSystem, MemoryFileSystem
-from .object_store import open_object_store
+from .objects.object_store import open_object_store
 
 
 def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogFileSystem, str]:

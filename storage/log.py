@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
-from .immutable_segment import create_segment_object, immutable_segments
+from .objects.immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
 from .log_validator import (
     assign_offsets, check_built, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
@@ -23,7 +23,7 @@ from .log_validator import (
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .producer_state import read_hint
 from .records.record_batch import BatchScan
-from .segment_metadata import largest_timestamp
+from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name,
 )
@@ -223,7 +223,7 @@ class Log:
 
     def _append_object(self, buf: bytearray, scan: BatchScan) -> None:
         """Immutable segments: the whole append becomes one segment object at the log end offset
-        (see storage/immutable_segment.py). A lost create leaves this Log unable to append."""
+        (see storage/objects/immutable_segment.py). A lost create leaves this Log unable to append."""
         try:
             seg = create_segment_object(self.fs, self.dir, self.tp, self._next_offset, buf, scan,
                                         self.config.index_interval_bytes, self.segment_kwargs())

@@ -5,7 +5,7 @@ Writers (holding the partition lock) clean leftovers and recover: `.cleaned` and
 indexes are rebuilt; batches from the recovery point on are validated and a torn tail is cut.
 Readers only look: they never change a file, and stop quietly at a tail still being written.
 
-On a filesystem without append or locks (immutable segments, see storage/immutable_segment.py)
+On a filesystem without append or locks (immutable segments, see storage/objects/immutable_segment.py)
 there is no lock, nothing to recover (every segment object is whole) and nothing is cleaned up: a
 committed `.log.swap` of the maintenance job is read in place of the segments it replaces (the job
 completes it, storage/segment_swap.py); a segment whose index objects are missing gets them rebuilt
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .errors import CorruptIndexError, KafkaStorageError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
-from .immutable_segment import (
+from .objects.immutable_segment import (
     check_exclusive_create, immutable_segments, next_offset_of, rebuild_indexes,
 )
 from .log import Log

@@ -37,7 +37,7 @@ from .log_retention import (
     RetentionResult, delete_old_segments, plan_deletion, remove_expired_delete_dirs, remove_expired_deleted_files,
     write_delete_marker,
 )
-from .segment_metadata import largest_timestamp
+from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
     TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, validate_topic_name,
 )

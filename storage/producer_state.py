@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 
 from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
-from .immutable_segment import read_first_header
+from .objects.immutable_segment import read_first_header
 from .records.record_batch import CRC_OFFSET, compute_crc, scan_batches, validate_batches
-from .segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
+from .objects.segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import CorruptRecordError, InvalidConfigError
-from .immutable_segment import immutable_segments
+from .objects.immutable_segment import immutable_segments
 from .log import Log, StagedSegment
 from .log_config import LONG_MAX, LogConfig
 from .log_manager import LogManager

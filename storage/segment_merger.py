@@ -19,7 +19,7 @@ import numpy as np
 
 from .cleaner import CleaningAbortedError, group_segments_by_size
 from .errors import CorruptRecordError
-from .immutable_segment import IndexBuilder
+from .objects.immutable_segment import IndexBuilder
 from .log_loader import LOCK_FILE
 from .log_segment import INT32_MAX, LogSegment
 from .records.record_batch import scan_batches, validate_batches

@@ -34,7 +34,7 @@ from .errors import KafkaStorageError
 from .filesystem import LogFileSystem
 from .index import OffsetIndex
 from .log_segment import LogSegment, segment_settings
-from .immutable_segment import next_offset_of, prime_index, rebuild_indexes
+from .objects.immutable_segment import next_offset_of, prime_index, rebuild_indexes
 from .producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import ConcurrentAppendError, KafkaStorageError
-from .immutable_segment import immutable_segments
+from .objects.immutable_segment import immutable_segments
 from .log import StagedSegment
 from .log_manager import LogManager
 from .producer_state import stamp_commit

@@ -14,13 +14,13 @@ import pytest
 from kafka.record import MemoryRecords
 from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
-import storage.immutable_segment as immutable_segment
+import storage.objects.immutable_segment as immutable_segment
 import storage.record_stager as record_stager
 from storage.errors import ConcurrentAppendError, KafkaStorageError, RecordTooLargeError
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.log import Log
 from storage.log_manager import LogManager
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE, ObjectProducerStateManager
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType

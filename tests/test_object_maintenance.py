@@ -29,8 +29,8 @@ from kafkalog_ds.maintenance import run_once
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE
 from storage.errors import CorruptRecordError, KafkaStorageError
 from storage.log_manager import LogManager
-from storage.maintenance_lease import MaintenanceLease, MaintenanceLeaseError
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.maintenance_lease import MaintenanceLease, MaintenanceLeaseError
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.topic_partition import TopicPartition, parse_segment_file
 
 TP = TopicPartition("t", 0)

@@ -21,7 +21,7 @@ from test_object_log import expected_indexes
 
 from kafkalog_ds.maintenance import run_once
 from storage.log_manager import LogManager
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.topic_partition import TopicPartition, parse_segment_file
 
 TP = TopicPartition("t", 0)

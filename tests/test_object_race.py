@@ -16,7 +16,7 @@ from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
 from storage.filesystem_factory import open_filesystem
 from storage.log_manager import LogManager
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE
 from storage.records.record_batch import CompressionType
 from storage.record_stager import RecordStager

@@ -16,7 +16,7 @@ from s3_server import BUCKET, s3_root, s3_server  # noqa: F401  (fixtures)
 from storage.errors import InvalidConfigError, KafkaStorageError
 from storage.filesystem_factory import open_filesystem
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.storage_options import (
     is_secret_key, redact, redact_text, redact_url, safe_repr, storage_options_from_cli, storage_options_from_spark)
 

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
-import storage.object_reader as object_reader
+import storage.objects.object_reader as object_reader
 from storage.log_manager import LogManager
-from storage.object_store import ObjectStoreFileSystem
+from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE, read_hint
 from storage.records.builder import build_records
 from storage.segment_merger import merge_small_segments
-from storage.segment_metadata import SegmentMetadata
+from storage.objects.segment_metadata import SegmentMetadata
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -14,11 +14,11 @@ import logging
 
 import numpy as np
 
-from .errors import ConcurrentAppendError, CorruptRecordError, KafkaStorageError, RecordTooLargeError
-from .filesystem import LogFileSystem
-from .index import OffsetIndex, TimeIndex
-from .index_planner import IndexState, plan_index_entries
-from .records.record_batch import (
+from ..errors import ConcurrentAppendError, CorruptRecordError, KafkaStorageError, RecordTooLargeError
+from ..filesystem import LogFileSystem
+from ..index import OffsetIndex, TimeIndex
+from ..index_planner import IndexState, plan_index_entries
+from ..records.record_batch import (
     MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader, scan_batches, validate_batches,
 )
 
@@ -138,7 +138,7 @@ def create_segment_object(fs: LogFileSystem, dir: str, tp, base: int, buf, scan,
     index objects follow; a failure there is only logged, since any loader rebuilds missing indexes.
     An append larger than segment.bytes still becomes one object.
     """
-    from .log_segment import LogSegment
+    from ..log_segment import LogSegment
 
     where = f"{tp.topic}-{tp.partition}"
     if scan.end > MAX_SEGMENT_OBJECT_BYTES:

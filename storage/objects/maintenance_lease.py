@@ -21,8 +21,8 @@ import threading
 import time
 import uuid
 
-from .errors import KafkaStorageError
-from .filesystem import LogFileSystem
+from ..errors import KafkaStorageError
+from ..filesystem import LogFileSystem
 
 LEASE_DIR = "kafkalog-maintenance-lease"
 DEFAULT_LEASE_TTL_MS = 600_000

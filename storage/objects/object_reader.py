@@ -15,9 +15,9 @@ from typing import Any
 
 import fsspec.asyn
 
-from .errors import CorruptRecordError
-from .filesystem import FileReader, LogFileSystem
-from .topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
+from ..errors import CorruptRecordError
+from ..filesystem import FileReader, LogFileSystem
+from ..topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 
 # fsspec's memory store checks then sets on create: object_store makes that one step under this lock,
 # and pinned reads take it to see one version of an object

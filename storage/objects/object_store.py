@@ -19,10 +19,10 @@ import fsspec
 import fsspec.asyn
 from fsspec.core import url_to_fs
 
-from .errors import KafkaStorageError
-from .filesystem import Appender, Capabilities, FileInfo, LogFileSystem
+from ..errors import KafkaStorageError
+from ..filesystem import Appender, Capabilities, FileInfo, LogFileSystem
 from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
-from .storage_options import redact_text, redact_url, safe_repr
+from ..storage_options import redact_text, redact_url, safe_repr
 
 # How long a listing may be served from the cache (seconds). None: until this instance writes under it.
 DEFAULT_LISTING_TTL = 5.0
