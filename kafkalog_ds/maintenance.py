@@ -6,7 +6,7 @@ removal of deleted topics' `-delete` directories and the recovery-point and log-
 checkpoints (the cleaner keeps cleaner-offset-checkpoint as it goes). Locks are taken only around
 a delete or a swap, so the job runs beside live writers and readers.
 
-On object stores (no locks) the job also merges small segments (storage/segment_merger.py), every
+On object stores (no locks) the job also merges small segments (storage/cleaner/segment_merger.py), every
 rewrite is a create-only swap or an idempotent copy-and-delete, and one job per log dir runs at a
 time, by a create-only lease (storage/objects/maintenance_lease.py).
 
@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from storage.cleaner import CleanerConfig
+from storage.cleaner.cleaner import CleanerConfig
 from storage.errors import KafkaLogError, UnknownTopicOrPartitionError
-from storage.log_cleaner_manager import LogCleanerManager
+from storage.cleaner.log_cleaner_manager import LogCleanerManager
 from storage.log_manager import LogManager
 from storage.log_retention import delete_old_segment_objects
 from storage.objects.maintenance_lease import MaintenanceLease, MaintenanceLeaseError, attach_lease
-from storage.segment_merger import merge_small_segments
+from storage.cleaner.segment_merger import merge_small_segments
 from storage.segment_swap import complete_pending_swaps
 from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition

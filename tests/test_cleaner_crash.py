@@ -13,7 +13,7 @@ from test_cleaner import check_indexes
 
 from storage.filesystem import Appender, LogFileSystem
 from storage.local_filesystem import MemoryFileSystem
-from storage.log_cleaner_manager import LogCleanerManager
+from storage.cleaner.log_cleaner_manager import LogCleanerManager
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition, parse_segment_file
 

@@ -341,7 +341,7 @@ def test_compaction_on_an_object_store_matches_the_model(seed):
     model.clean(0, active, now)
     assert [r[:4] for r in parsed(lm)] == [r[:4] for r in model.expected()]
     assert rep.cleaned
-    from storage.log_cleaner_manager import LogCleanerManager
+    from storage.cleaner.log_cleaner_manager import LogCleanerManager
 
     assert LogCleanerManager(LogManager(lm.root, fs=lm.fs)).checkpoints()[TP] == active
     check_indexes(lm, 0)
@@ -509,7 +509,7 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
 
 
 def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces():
-    from storage.segment_merger import build_merged
+    from storage.cleaner.segment_merger import build_merged
     from storage.segment_swap import complete_pending_swaps, swap_path
 
     lm = manager({"retention.ms": "-1"})
@@ -535,7 +535,7 @@ def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces()
 
 
 def test_overlapping_swaps_are_reported_and_a_second_swap_rolls_itself_back():
-    from storage.segment_merger import build_merged
+    from storage.cleaner.segment_merger import build_merged
     from storage.segment_swap import SwapAbortedError, publish_swap, swap_path
 
     lm = manager({"retention.ms": "-1"})
@@ -576,7 +576,7 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
 def test_the_merge_is_offered_on_local_disk_too(tmp_path, kind):
     """With locks and append (an opt-in there): the cleaner's swap, same groups, same bytes, Kafka's indexes."""
     from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
-    from storage.segment_merger import merge_small_segments
+    from storage.cleaner.segment_merger import merge_small_segments
 
     fs, root = (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(),
                                                                                  f"/m-{uuid.uuid4().hex}")

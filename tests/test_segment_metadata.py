@@ -16,7 +16,7 @@ from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE, read_hint
 from storage.records.builder import build_records
-from storage.segment_merger import merge_small_segments
+from storage.cleaner.segment_merger import merge_small_segments
 from storage.objects.segment_metadata import SegmentMetadata
 from storage.topic_partition import TopicPartition
 

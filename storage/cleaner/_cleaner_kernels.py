@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .records._record_kernels import (
+from ..records._record_kernels import (
     E_KEY_LENGTH, E_OFFSET_DELTA, E_RECORD_LENGTH, E_RECORD_SIZE, E_TRAILING, E_TRUNCATED, E_VALUE_LENGTH,
     E_VARINT, MIN_RECORD_BYTES, copy_bytes, read_varint, varint_size, write_varint,
 )

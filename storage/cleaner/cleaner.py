@@ -30,20 +30,20 @@ import numpy as np
 
 from . import _cleaner_kernels as K
 from .cleaner_batches import empty_batch, framing_error, record_areas, rewritten_batches
-from .errors import InvalidConfigError, KafkaStorageError
-from .index import OffsetIndex, TimeIndex
-from .index_planner import plan_index_entries
-from .log import Log
-from .local_filesystem import LocalFileSystem
-from .log_loader import LOCK_FILE
-from .log_segment import INT32_MAX, LogSegment
+from ..errors import InvalidConfigError, KafkaStorageError
+from ..index import OffsetIndex, TimeIndex
+from ..index_planner import plan_index_entries
+from ..log import Log
+from ..local_filesystem import LocalFileSystem
+from ..log_loader import LOCK_FILE
+from ..log_segment import INT32_MAX, LogSegment
 from .offset_map import (DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, KeyCounter,
                          SkimpyOffsetMap)
-from .records import record_batch as rb
-from .records.record_batch import as_uint8, scan_batches, validate_batches
-from .segment_swap import publish_swap, replace_in_memory, replace_segments
+from ..records import record_batch as rb
+from ..records.record_batch import as_uint8, scan_batches, validate_batches
+from ..segment_swap import publish_swap, replace_in_memory, replace_segments
 from .throttler import UNLIMITED, Throttler
-from .topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
+from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
 
 logger = logging.getLogger(__name__)
 

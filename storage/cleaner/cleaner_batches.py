@@ -6,12 +6,12 @@ import crc32c as _crc32c
 import numpy as np
 
 from . import _cleaner_kernels as K
-from .errors import CorruptRecordError
-from .records import record_batch as rb
-from .records._record_kernels import MIN_RECORD_BYTES
-from .records.compression import compress_many, decompress_many
-from .records.decoder import ERROR_MESSAGES
-from .records.record_batch import CompressionType, as_uint8
+from ..errors import CorruptRecordError
+from ..records import record_batch as rb
+from ..records._record_kernels import MIN_RECORD_BYTES
+from ..records.compression import compress_many, decompress_many
+from ..records.decoder import ERROR_MESSAGES
+from ..records.record_batch import CompressionType, as_uint8
 
 _KEEP_ON_EMPTY = rb.TIMESTAMP_TYPE_MASK | rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
 _HEADER_TAIL = slice(rb.ATTRIBUTES_OFFSET, rb.RECORD_BATCH_OVERHEAD)

@@ -18,15 +18,15 @@ from typing import Callable
 import numpy as np
 
 from .cleaner import CleaningAbortedError, group_segments_by_size
-from .errors import CorruptRecordError
-from .objects.immutable_segment import IndexBuilder
-from .log_loader import LOCK_FILE
-from .log_segment import INT32_MAX, LogSegment
-from .records.record_batch import scan_batches, validate_batches
-from .segment_swap import (
+from ..errors import CorruptRecordError
+from ..objects.immutable_segment import IndexBuilder
+from ..log_loader import LOCK_FILE
+from ..log_segment import INT32_MAX, LogSegment
+from ..records.record_batch import scan_batches, validate_batches
+from ..segment_swap import (
     SwapAbortedError, list_names, publish_swap, replace_in_memory, replace_segments, settle_hint, settled_bound,
 )
-from .topic_partition import (
+from ..topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, segment_file_name,
 )
 

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Callable
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
 
 UNLIMITED = sys.float_info.max  # Kafka's default for log.cleaner.io.max.bytes.per.second (Double.MaxValue)
 DEFAULT_CHECK_INTERVAL_MS = 300  # what Kafka's cleaner passes
