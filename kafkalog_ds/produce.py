@@ -25,7 +25,7 @@ import pyarrow.json as pj
 from storage.errors import KafkaLogError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
-from storage.partitioner import partition_for_keys
+from storage.staging.partitioner import partition_for_keys
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType
 from storage.topic_partition import TopicPartition, validate_topic_name

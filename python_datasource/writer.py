@@ -11,8 +11,8 @@ from pyspark.sql.datasource import (
 )
 
 from storage.log_manager import LogManager
-from storage.record_stager import RecordStager
-from storage.staged_commit import StagedFile, cleanup_staged, commit_staged
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import StagedFile, cleanup_staged, commit_staged
 
 from .options import SINK_COLUMNS, SinkOptions
 

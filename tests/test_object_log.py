@@ -15,7 +15,7 @@ from kafka.record import MemoryRecords
 from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
 import storage.objects.immutable_segment as immutable_segment
-import storage.record_stager as record_stager
+import storage.staging.record_stager as record_stager
 from storage.errors import ConcurrentAppendError, KafkaStorageError, RecordTooLargeError
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.log import Log
@@ -24,8 +24,8 @@ from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE, ObjectProducerStateManager
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType
-from storage.record_stager import RecordStager
-from storage.staged_commit import commit_staged
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

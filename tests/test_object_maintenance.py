@@ -480,8 +480,8 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
 
     from storage.producer_state import STATE_FILE
     from storage.records.record_batch import CompressionType
-    from storage.record_stager import RecordStager
-    from storage.staged_commit import commit_staged
+    from storage.staging.record_stager import RecordStager
+    from storage.staging.staged_commit import commit_staged
 
     lm = manager({"retention.ms": "-1"})
 

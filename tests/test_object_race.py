@@ -19,8 +19,8 @@ from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE
 from storage.records.record_batch import CompressionType
-from storage.record_stager import RecordStager
-from storage.staged_commit import commit_staged
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 from kafka.partitioner.default import murmur2 as kp_murmur2  # kafka-python's port of Utils.murmur2
 
-from storage.partitioner import murmur2, partition_for_key, partition_for_keys
+from storage.staging.partitioner import murmur2, partition_for_key, partition_for_keys
 
 # Kafka's own vectors: clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2.
 KAFKA_VECTORS = {
@@ -152,7 +152,7 @@ def test_bad_arguments():
 def test_kernel_bounds_checks_offsets():
     # pyarrow validates arrays it builds, so drive the kernel directly with offsets a hostile
     # producer of Arrow buffers could hand us: past the data, and decreasing.
-    from storage.partitioner import _partition_kernel
+    from storage.staging.partitioner import _partition_kernel
 
     data = np.frombuffer(b"abcd", np.uint8)
     out = np.zeros(2, np.int32)

@@ -25,7 +25,7 @@ from kafka_reference import kp_parse
 import spark_kill_driver as driver
 from storage.log_manager import LogManager
 from storage.producer_state import STATE_FILE
-from storage.staged_commit import STAGED_PREFIX
+from storage.staging.staged_commit import STAGED_PREFIX
 from storage.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.spark

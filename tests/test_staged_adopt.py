@@ -12,8 +12,8 @@ from kafka_reference import kafka_recovery_entries, kp_parse
 
 from storage.log_manager import LogManager
 from storage.records.record_batch import CompressionType
-from storage.record_stager import RecordStager
-from storage.staged_commit import commit_staged
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

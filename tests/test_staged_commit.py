@@ -10,8 +10,8 @@ from kafka_reference import kp_parse
 from storage.log_manager import LogManager
 from storage.producer_state import ProducerStateManager
 from storage.records.record_batch import CompressionType
-from storage.record_stager import RecordStager
-from storage.staged_commit import STAGED_MARKER, commit_staged, read_staged
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import STAGED_MARKER, commit_staged, read_staged
 from storage.topic_partition import TopicPartition
 
 

@@ -1,4 +1,4 @@
-"""Phase 1 of the sink's two-phase append (phase 2 is storage/staged_commit.py): RecordStager routes
+"""Phase 1 of the sink's two-phase append (phase 2 is storage/staging/staged_commit.py): RecordStager routes
 one task's rows to partitions, encodes them as Kafka v2 batches and stages them per partition.
 
 With append and locks, each partition's batches go to a staging Log in the task's hidden staging
@@ -15,17 +15,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import CorruptRecordError, InvalidConfigError
-from .objects.immutable_segment import immutable_segments
-from .log import Log, StagedSegment
-from .log_config import LONG_MAX, LogConfig
-from .log_manager import LogManager
-from .log_segment import LogSegment, segment_settings
+from ..errors import CorruptRecordError, InvalidConfigError
+from ..objects.immutable_segment import immutable_segments
+from ..log import Log, StagedSegment
+from ..log_config import LONG_MAX, LogConfig
+from ..log_manager import LogManager
+from ..log_segment import LogSegment, segment_settings
 from .partitioner import partition_for_keys
-from .records.builder import encode_records
-from .records.record_batch import CompressionType, scan_batches
+from ..records.builder import encode_records
+from ..records.record_batch import CompressionType, scan_batches
 from .staged_commit import STAGED_MARKER, STAGED_PREFIX, StagedFile, StagedPartition
-from .topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
+from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
 
 COALESCE_ROWS = 65536  # RecordStager routes and encodes rows this many at a time ...
 COALESCE_BYTES = 16 * 1024 * 1024  # ... or this much Arrow data, whichever comes first

@@ -1,6 +1,6 @@
 """Two-phase append for many parallel writers and one committer (a Spark sink's shape): phase 2.
 
-Phase 1 (storage/record_stager.py, on executors) leaves each task's rows encoded and staged per
+Phase 1 (storage/staging/record_stager.py, on executors) leaves each task's rows encoded and staged per
 partition under ROOT, in a hidden staging directory (Kafka ignores it), described by a StagedFile.
 Phase 2 (commit_staged, on the driver): per partition, under its write lock, skip the batch if
 this writer already committed it, else mark it pending, add the staged bytes and mark it committed
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConcurrentAppendError, KafkaStorageError
-from .objects.immutable_segment import immutable_segments
-from .log import StagedSegment
-from .log_manager import LogManager
-from .producer_state import stamp_commit
-from .topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
+from ..errors import ConcurrentAppendError, KafkaStorageError
+from ..objects.immutable_segment import immutable_segments
+from ..log import StagedSegment
+from ..log_manager import LogManager
+from ..producer_state import stamp_commit
+from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
 
 log = logging.getLogger(__name__)
 
