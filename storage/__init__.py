@@ -1,1 +1,5 @@
-"""The log engine: Kafka's on-disk log format, segments, indexes and recovery. Never imports Spark."""
+"""The log engine: Kafka's on-disk log format, segments, indexes, recovery and LogManager work.
+
+Open log_manager.py first (a log dir of topics and partitions), then log.py (one partition) and
+log_segment.py; subpackages: records/ (the batch format), cleaner/, objects/, staging/. Never imports Spark.
+"""

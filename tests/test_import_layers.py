@@ -1,0 +1,155 @@
+"""The package's import graph, read from the source: no circles, and no layer imports one above it.
+
+Every import statement counts, including those inside functions (a lazy import is still a
+dependency). Layers, top down: kafkalog_ds -> python_datasource -> storage; storage never imports
+Spark. Inside storage the subpackages (records, objects, cleaner, staging) depend on each other in
+one direction only.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("storage", "python_datasource", "kafkalog_ds")
+LAYERS = {"storage": 0, "python_datasource": 1, "kafkalog_ds": 2}
+
+
+def _modules(root: pathlib.Path = ROOT) -> dict[str, tuple[pathlib.Path, bool]]:
+    out = {}
+    for pkg in PACKAGES:
+        for f in (root / pkg).rglob("*.py"):
+            parts = list(f.relative_to(root).with_suffix("").parts)
+            is_pkg = parts[-1] == "__init__"
+            out[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    return out
+
+
+def _imported_names(module: str, is_pkg: bool, node: ast.AST) -> list[str]:
+    """Dotted names an import statement may refer to (a module, or a name inside one)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if node.level:
+        base = module.split(".") if is_pkg else module.split(".")[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+    else:
+        prefix = node.module or ""
+    return [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+
+
+def import_graph(root: pathlib.Path = ROOT) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(edges between the project's modules, every top-level package each module imports)."""
+    mods = _modules(root)
+    edges: dict[str, set[str]] = {}
+    external: dict[str, set[str]] = {}
+    for mod, (path, is_pkg) in mods.items():
+        deps, ext = set(), set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name in _imported_names(mod, is_pkg, node):
+                ext.add(name.split(".")[0])
+                while name and name not in mods:
+                    name = name.rpartition(".")[0]
+                if name and name != mod and not mod.startswith(name + "."):  # a parent __init__ is implicit
+                    deps.add(name)
+        edges[mod], external[mod] = deps, ext
+    return edges, external
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in edges:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    cycles.append(sorted(comp))
+    return cycles
+
+
+def _subpackage(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "storage" and len(parts) > 2 else None
+
+
+def test_no_import_circles():
+    edges, _ = import_graph()
+    cycles = find_cycles(edges)
+    assert not cycles, "import circles: " + "; ".join(
+        " <-> ".join(c) + f" ({', '.join(f'{a} imports {sorted(edges[a] & set(c))}' for a in c)})" for c in cycles)
+
+
+def test_no_module_imports_a_layer_above_it():
+    edges, external = import_graph()
+    bad = []
+    for mod, deps in edges.items():
+        layer = LAYERS[mod.split(".")[0]]
+        bad += [f"{mod} imports {d}" for d in sorted(deps) if LAYERS[d.split(".")[0]] > layer]
+        if mod.startswith("storage") and "pyspark" in external[mod]:
+            bad.append(f"{mod} imports pyspark")
+    assert not bad, "layer violations: " + "; ".join(bad)
+
+
+def test_storage_subpackages_depend_one_way():
+    edges, _ = import_graph()
+    sub: dict[str, set[str]] = {}
+    for mod, deps in edges.items():
+        a = _subpackage(mod)
+        if a is not None:
+            sub.setdefault(a, set()).update(b for d in deps if (b := _subpackage(d)) not in (None, a))
+    for a in list(sub.values()):
+        for b in a:
+            sub.setdefault(b, set())
+    assert not find_cycles(sub), f"storage subpackages import each other: {sub}"
+
+
+def test_the_checks_see_a_circle(tmp_path):
+    """The graph reader itself: a planted lazy circle and an upward import are found."""
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "storage" / "a.py").write_text("from .b import x\n")
+    (tmp_path / "storage" / "b.py").write_text("def f():\n    from . import a\n    import kafkalog_ds.cli\n")
+    (tmp_path / "kafkalog_ds" / "cli.py").write_text("")
+    edges, _ = import_graph(tmp_path)
+    assert find_cycles(edges) == [["storage.a", "storage.b"]]
+    assert "kafkalog_ds.cli" in edges["storage.b"]
