@@ -1,1 +1,5 @@
-"""The PySpark Python Data Source for kafkalog (option parsing, planning, Arrow conversion)."""
+"""The PySpark Python Data Source for kafkalog: option parsing, planning and Arrow conversion only.
+
+Open data_source.py first (the user guide and the entry points), then options.py / source_options.py,
+reader.py + planning.py (reads) and writer.py (the sink); all log logic is in storage/.
+"""
