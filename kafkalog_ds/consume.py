@@ -8,6 +8,7 @@ import base64
 import json
 from typing import TextIO
 
+import numpy as np
 import pyarrow as pa
 
 from storage.log_manager import LogManager
@@ -68,10 +69,32 @@ def consume(lm: LogManager, topic: str, out: TextIO, *, partition: int | None = 
             for batch in log.read_records(start):
                 if max_messages is not None and batch.num_rows > max_messages - printed:
                     batch = batch.slice(0, max_messages - printed)
-                lines = records_to_json(batch, topic, p, ensure_ascii)
-                if lines:
-                    out.write("\n".join(lines) + "\n")
-                printed += len(lines)
+                for part in output_slices(batch):
+                    lines = records_to_json(part, topic, p, ensure_ascii)
+                    if lines:
+                        out.write("\n".join(lines) + "\n")
+                    printed += len(lines)
                 if max_messages is not None and printed >= max_messages:
                     return printed
     return printed
+
+
+OUTPUT_SLICE_BYTES = 1 << 20  # JSON is made for this many key and value bytes at a time
+
+
+def output_slices(batch: pa.RecordBatch):
+    """The batch in slices of about OUTPUT_SLICE_BYTES of keys and values (at least one record each), so
+    the text made from it stays small whatever the records hold."""
+    n = batch.num_rows
+    sizes = np.zeros(n, np.int64)
+    for name in ("key", "value"):
+        col = batch.column(name)
+        offsets = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
+        sizes += np.diff(offsets.astype(np.int64))
+    ends = np.cumsum(sizes)
+    start = 0
+    while start < n:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + OUTPUT_SLICE_BYTES, side="right")))
+        yield batch.slice(start, stop - start)
+        start = stop

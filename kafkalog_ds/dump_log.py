@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from storage.errors import KafkaLogError
 from storage.filesystem import LogFileSystem
-from storage.log_segment import BatchChunk, select_batches
+from storage.file_records import BatchChunk, select_batches
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
     ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, LOG_OVERHEAD,
@@ -176,10 +176,10 @@ class SegmentReader:
         return out
 
 
-def _records_of(arr: np.ndarray, scan: BatchScan, base: int, source: str, sel: np.ndarray) -> list:
-    """Decoded records of the selected batches of a chunk (decoded in place, together), or their errors."""
+def _records_of(arr: np.ndarray, scan: BatchScan, base: int, source: str, sel: np.ndarray) -> Iterator:
+    """Decoded records of the selected batches of a chunk, or their errors, one batch at a time."""
     if not sel.size:
-        return []
+        return iter(())
     sub = BatchScan(scan.positions[sel], scan.headers[sel], scan.end, 0)
     return decode_per_batch(arr, sub, base, source)
 
@@ -196,30 +196,17 @@ def batch_validity(arr: np.ndarray, scan: BatchScan) -> np.ndarray:
     return out
 
 
-def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str) -> list:
-    """Records of each batch as an Arrow batch, or the error that stopped its decoding (CRC not checked)."""
-    def one(a, s, b):
-        return decode_batches(a, scan=s, verify_crc=False, skip_control=False, max_message_bytes=DECOMPRESS_LIMIT,
-                              source=source, base_position=b)
-
-    counts = scan.headers["record_count"].astype(np.int64)
-    if np.all(scan.headers["magic"] == MAGIC_V2):
-        try:
-            whole = one(arr, scan, base)
-            if whole.num_rows == int(counts.sum()):
-                starts = np.concatenate(([0], np.cumsum(counts)))
-                return [whole.slice(int(starts[i]), int(counts[i])) for i in range(len(scan))]
-        except KafkaLogError:
-            pass  # find the batch at fault below
+def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str) -> Iterator:
+    """Records of each batch as an Arrow batch, or the error that stopped its decoding (CRC not checked),
+    one batch at a time: memory stays at one batch's records (at most DECOMPRESS_LIMIT decompressed)."""
     chunk = BatchChunk(arr, scan, base, source)
-    out = []
-    for i in range(len(scan)):  # per batch, only when the chunk as a whole did not decode
+    for i in range(len(scan)):  # per batch: the output is per record anyway
         part = select_batches(chunk, i, i + 1)
         try:
-            out.append(one(part.buf, part.scan, part.base_position))
+            yield decode_batches(part.buf, scan=part.scan, verify_crc=False, skip_control=False,
+                                 max_message_bytes=DECOMPRESS_LIMIT, source=source, base_position=part.base_position)
         except KafkaLogError as e:
-            out.append(e)
-    return out
+            yield e
 
 
 # ---------------------------------------------------------------- formatting
@@ -369,13 +356,13 @@ def _dump_batches(arr, scan: BatchScan, base: int, source: str, opts: DumpOption
         out.write("\n".join(lines) + "\n")
         return
     decoded = decode_per_batch(arr, scan, base, source)
-    text = []
     for i, line in enumerate(lines):  # per batch
-        text.append(line)
-        records = decoded[i]
+        text = [line]
+        records = next(decoded)
         if isinstance(records, Exception):
             state["failed"].append(one_line(records))
             text.append(f"{RECORD_INDENT} error: the records of this batch cannot be read: {one_line(records)}")
+            out.write("\n".join(text) + "\n")
             continue
         offs = records.column("offset").to_numpy()
         if offs.size:
@@ -386,7 +373,7 @@ def _dump_batches(arr, scan: BatchScan, base: int, source: str, opts: DumpOption
                     zip(prev[gaps].tolist(), offs[gaps].tolist()))
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
-    out.write("\n".join(text) + "\n")
+        out.write("\n".join(text) + "\n")
 
 
 def _head(scan: BatchScan, n: int) -> BatchScan:

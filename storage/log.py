@@ -90,6 +90,7 @@ class Log:
         self.track_batches = False  # a staging log records batch positions for adopt_segments
         self._segment_metadata: dict | None = None  # an immutable log's hint entries (segment_metadata.py)
         self._lost_race = False  # an immutable append lost its segment name: this Log's view is stale
+        self.tail_error = None  # a reader's: the last segment ends in a damaged batch (LogSegment.scan_tail)
         self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
@@ -106,6 +107,10 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
+        """The offset after the last valid batch. A reader whose last segment ends in a damaged batch
+        raises that error instead: the true log end is unknown."""
+        if self.tail_error is not None:
+            raise self.tail_error
         return self._next_offset
 
     @property
@@ -399,27 +404,32 @@ class Log:
             return
         i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
         offset = start_offset
-        for seg in self._segments[i:]:
+        for k in range(i, len(self._segments)):
+            seg = self._segments[k]
             if seg.base_offset >= end:
                 break
+            upper = self._bases[k + 1] if k + 1 < len(self._segments) else None
             try:
-                for chunk in seg.read_batches(max(offset, seg.base_offset), end):
+                for chunk in seg.read_batches(max(offset, seg.base_offset), end, upper=upper):
                     yield chunk
             finally:
                 if seg is not self._segments[-1]:
                     seg.release_readers()  # one segment's files open at a time
+        if self.tail_error is not None and (max_offset is None or max_offset > self._next_offset):
+            raise self.tail_error  # everything before the damage was served; the damage is not skipped
 
     def read_records(self, start_offset: int, max_offset: int | None = None, *,
                      skip_control: bool = True) -> Iterator[pa.RecordBatch]:
-        """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA)."""
-        from .records.decoder import decode_batches
+        """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA), with
+        memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold."""
+        from .records.decoder import iter_decoded
 
         for chunk in self.read(start_offset, max_offset):
-            batch = decode_batches(chunk.buf, scan=chunk.scan, source=chunk.source,
-                                   base_position=chunk.base_position, max_message_bytes=self.max_batch_size,
-                                   min_offset=start_offset, max_offset=max_offset, skip_control=skip_control)
-            if batch.num_rows:
-                yield batch
+            for batch in iter_decoded(chunk.buf, scan=chunk.scan, source=chunk.source,
+                                      base_position=chunk.base_position, max_message_bytes=self.max_batch_size,
+                                      min_offset=start_offset, max_offset=max_offset, skip_control=skip_control):
+                if batch.num_rows:
+                    yield batch
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time).

@@ -110,7 +110,14 @@ class LogLoader:
                     segments = [LogSegment(self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0,
                                            **self._kwargs())]
             last = segments[-1]
-            next_offset = max(next_offset_of(last) if immutable else last.read_next_offset(), start)
+            tail_error = None
+            if immutable:
+                next_offset = next_offset_of(last)
+            else:
+                next_offset, tail_error = last.scan_tail()
+                if tail_error is not None and self.writable:
+                    raise tail_error  # below the recovery point, so not recovered: flushed data is damaged
+            next_offset = max(next_offset, start)
             if immutable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
                 segments[-1] = LogSegment(self.fs, self.dir, next_offset, log_size=0, index_size=0,
                                           time_index_size=0, **self._kwargs())
@@ -121,6 +128,7 @@ class LogLoader:
             recovery_point = min(max(self.recovery_point, start), next_offset) if not self.writable else next_offset
             log = Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
                       recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
+            log.tail_error = tail_error
             if self.writable:
                 log.producer_state = producer_state_for(log)
                 self.report.resolved_commits = log.producer_state.resolve_pending(log)
@@ -281,30 +289,24 @@ class LogLoader:
         return view, ranges
 
     def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
-        """Rebuild indexes where needed and validate everything from the recovery point on."""
+        """Rebuild indexes where needed and validate everything from the recovery point on. Only the
+        last segment may have a torn tail cut (LogSegment._recover_range); damage anywhere else raises."""
         rp = self.recovery_point
-        out: list[LogSegment] = []
-        cut = False
         for i, seg in enumerate(segments):
-            if cut:
-                self.report.removed.extend(self.fs.basename(p) for p in seg.files())
-                seg.delete()
-                continue
-            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            is_last = i + 1 == len(segments)
+            nxt = None if is_last else segments[i + 1].base_offset
             if seg.needs_rebuild or seg.base_offset >= rp:
-                result = seg.recover()
+                result = seg.recover(tail_ok=is_last)
                 (self.report.rebuilt_indexes if seg.needs_rebuild else self.report.recovered_segments).append(
                     seg.base_offset)
             elif nxt is None or nxt > rp:
-                result = seg.recover_from(rp)
+                result = seg.recover_from(rp, tail_ok=is_last)
                 self.report.recovered_segments.append(seg.base_offset)
             else:
-                out.append(seg)
                 continue
+            seg.needs_rebuild = False
             if result.truncated_bytes:
                 log.warning("truncated %d bytes of %s at position %d: %s", result.truncated_bytes, seg.source,
                             result.valid_bytes, result.error)
                 self.report.truncated.append((seg.source, result.truncated_bytes, result.error or ""))
-                cut = True  # Kafka deletes every segment after an invalid batch
-            out.append(seg)
-        return out
+        return segments

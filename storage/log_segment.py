@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -11,13 +10,14 @@ from typing import Iterator
 import numpy as np
 
 from .errors import CorruptIndexError, CorruptRecordError
+from .file_records import (
+    FIRST_CHUNK_BYTES, INT32_MAX, BatchChunk, check_headers, crc_failures, find_valid_batch, head, iter_chunks,
+    select_batches,
+)
 from .filesystem import Appender, LogFileSystem
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .index_planner import IndexState, plan_index_entries
-from .records.record_batch import (
-    LOG_OVERHEAD, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, BatchScan, RecordBatchHeader,
-    scan_batches, validate_batches,
-)
+from .records.record_batch import RECORD_BATCH_OVERHEAD, BatchScan, RecordBatchHeader, validate_batches
 from .topic_partition import (
     DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
     offset_to_file_prefix,
@@ -25,25 +25,12 @@ from .topic_partition import (
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-FIRST_CHUNK_BYTES = 64 * 1024
-MAX_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 def segment_settings(config) -> dict:
     """The LogSegment arguments a topic's LogConfig decides."""
     return dict(index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
                 max_batch_size=config.max_message_bytes)
-
-
-@dataclass
-class BatchChunk:
-    """Complete batches read from a segment: `buf[scan.positions[i]:]` is at file position base_position + that."""
-
-    buf: bytes
-    scan: BatchScan
-    base_position: int
-    source: str
 
 
 @dataclass
@@ -144,73 +131,84 @@ class LogSegment:
         self.time_index.release_reader()
 
     def iter_chunks(self, start_position: int = 0, end_position: int | None = None, *,
-                    first_chunk: int = FIRST_CHUNK_BYTES) -> Iterator[BatchChunk]:
-        """Complete batches from start_position, read in growing chunks. Stops quietly at a partial
-        tail (a writer may be appending); raises CorruptRecordError on an impossible batch length.
-        Where each read is a request (object stores) the partial batch a chunk ends with is kept, so
-        each byte is fetched once; elsewhere it is read again (cheaper than joining it to the next chunk)."""
+                    first_chunk: int = FIRST_CHUNK_BYTES, tail_ok: bool | None = None) -> Iterator[BatchChunk]:
+        """Complete batches from start_position, read in growing chunks (see file_records.iter_chunks).
+        A partial batch at the end stops quietly only in the active segment (tail_ok defaults to that);
+        in a rolled one it is corruption. Headers are not checked here: see read_batches."""
         end = self._size if end_position is None else min(end_position, self._size)
-        pos = start_position
-        chunk = first_chunk
-        carry = b""  # the bytes of the cut-off batch at the end of the last chunk
-        keep_tail = self.fs.capabilities.remote_reads
-        while pos < end:
-            buf = self._read_on(carry, pos, min(end, pos + max(chunk, len(carry) + 1)))
-            scan = scan_batches(buf, max_batch_size=self.max_batch_size)
-            if not len(scan):
-                if scan.reason == SCAN_BAD_LENGTH:
-                    raise self._bad_length(buf, scan.end, pos)
-                if len(buf) < LOG_OVERHEAD:
-                    return  # partial tail shorter than a length field
-                (length,) = struct.unpack_from(">i", buf, 8)
-                if pos + LOG_OVERHEAD + length > end:
-                    return  # partial tail
-                buf = self._read_on(buf, pos, pos + LOG_OVERHEAD + length)
-                scan = scan_batches(buf, max_batch_size=self.max_batch_size)
-                if not len(scan):
-                    return
-            yield BatchChunk(buf, scan, pos, self.source)
-            if scan.reason == SCAN_BAD_LENGTH:
-                raise self._bad_length(buf, scan.end, pos)
-            carry = buf[scan.end:] if keep_tail else b""
-            pos += scan.end
-            chunk = min(chunk * 4, MAX_CHUNK_BYTES)
+        return iter_chunks(self._read, start_position, end, max_batch_size=self.max_batch_size, source=self.source,
+                           first_chunk=first_chunk, keep_tail=self.fs.capabilities.remote_reads,
+                           tail_ok=not self.rolled if tail_ok is None else tail_ok)
 
-    def _read_on(self, have: bytes, pos: int, end: int) -> bytes:
-        """Bytes [pos, end) of the .log when `have` already holds those from pos on: only the rest is read."""
-        if not have:
-            return self._read(pos, end)
-        if pos + len(have) >= end:
-            return have[: end - pos]
-        return have + self._read(pos + len(have), end)
+    def _entry_for(self, offset: int) -> tuple[int, int | None]:
+        """(position, entry offset) of the offset index's largest entry <= offset; (0, None) when there
+        is none or the index cannot be read. Only a hint: callers check the batch found there."""
+        try:
+            entry = self.offset_index.lookup(offset)
+        except CorruptIndexError as e:
+            self._distrust_index(str(e))
+            return 0, None
+        if entry.position == 0 and entry.offset == self.base_offset:
+            return 0, None
+        return entry.position, entry.offset
 
-    def _bad_length(self, buf: bytes, at: int, base: int) -> CorruptRecordError:
-        length = struct.unpack_from(">i", buf, at + 8)[0] if len(buf) - at >= LOG_OVERHEAD else None
-        return CorruptRecordError(
-            f"batch length {length} is outside [{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}, "
-            f"{self.max_batch_size - LOG_OVERHEAD}] (max.message.bytes)", source=self.source, position=base + at)
+    def _distrust_index(self, why: str) -> None:
+        """A bad index entry: scan from the segment start instead, and have the next writer rebuild it."""
+        if not self.needs_rebuild:
+            log.warning("%s; scanning %s from its start (the index is rebuilt when the log is next opened for "
+                        "writing)", why, self.source)
+        self.needs_rebuild = True
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[RecordBatchHeader, int] | None:
+    def checked_chunks(self, start_offset: int, *, upper: int | None = None,
+                       first_chunk: int = FIRST_CHUNK_BYTES) -> Iterator[BatchChunk]:
+        """Chunks from the batch the offset index gives for start_offset (or the segment start) to the end,
+        every header checked (file_records.check_headers against [base offset, upper)). An index entry
+        that does not point at the start of a batch whose last offset it names is not obeyed: the scan
+        starts over from position 0."""
+        position, entry_offset = self._entry_for(start_offset)
+        prev_last = None
+        first = entry_offset is not None
+        try:
+            for chunk in self.iter_chunks(position, first_chunk=first_chunk):
+                if first:
+                    first = False
+                    got = int(chunk.scan.last_offsets[0])
+                    if chunk.scan.headers["magic"][0] != 2 or got != entry_offset:
+                        raise CorruptIndexError(f"index entry {entry_offset} -> position {position} of "
+                                                f"{self.fs.url(self.offset_index.path)} does not point at that batch")
+                    prev_last = int(chunk.scan.headers["base_offset"][0]) - 1
+                prev_last = check_headers(chunk, prev_last=prev_last, base_offset=self.base_offset, upper=upper)
+                yield chunk
+            if first and position:  # the entry points at or past the end
+                raise CorruptIndexError(f"index entry {entry_offset} -> position {position} of "
+                                        f"{self.fs.url(self.offset_index.path)} points past the data")
+        except (CorruptIndexError, CorruptRecordError) as e:
+            if not position or not first and not isinstance(e, CorruptIndexError):
+                raise
+            self._distrust_index(str(e))
+            yield from self.checked_chunks_from_start(upper=upper)
+
+    def checked_chunks_from_start(self, *, upper: int | None = None) -> Iterator[BatchChunk]:
+        prev_last = None
+        for chunk in self.iter_chunks(0):
+            prev_last = check_headers(chunk, prev_last=prev_last, base_offset=self.base_offset, upper=upper)
+            yield chunk
+
+    def translate_offset(self, offset: int, *, upper: int | None = None) -> tuple[RecordBatchHeader, int] | None:
         """The first batch whose lastOffset >= offset: (header, file position), or None."""
-        start = max(starting_position, self._index_lookup_position(offset))
-        for chunk in self.iter_chunks(start):
+        for chunk in self.checked_chunks(offset, upper=upper):
             i = int(np.searchsorted(chunk.scan.last_offsets, offset, side="left"))
             if i < len(chunk.scan):
                 return chunk.scan.header(i, chunk.base_position), chunk.base_position + int(chunk.scan.positions[i])
         return None
 
-    def _index_lookup_position(self, offset: int) -> int:
-        try:
-            return self.offset_index.lookup(offset).position
-        except CorruptIndexError as e:  # a reader falls back to a scan; the writer's loader rebuilds
-            log.warning("%s; scanning %s from its start", e, self.source)
-            return 0
-
-    def read_batches(self, start_offset: int, max_offset: int | None = None) -> Iterator[BatchChunk]:
-        """Chunks of whole batches from the batch holding start_offset up to the one holding max_offset-1,
-        in one pass from the offset index's position (the batches before start_offset are dropped)."""
+    def read_batches(self, start_offset: int, max_offset: int | None = None, *,
+                     upper: int | None = None) -> Iterator[BatchChunk]:
+        """Chunks of whole, header-checked batches from the batch holding start_offset up to the one holding
+        max_offset-1, in one pass from the offset index's position (the batches before start_offset are
+        dropped). `upper`: the next segment's base offset, which no batch here may reach."""
         started = False
-        for chunk in self.iter_chunks(self._index_lookup_position(start_offset)):
+        for chunk in self.checked_chunks(start_offset, upper=upper):
             if not started:
                 i = int(np.searchsorted(chunk.scan.last_offsets, start_offset, side="left"))
                 if i == len(chunk.scan):
@@ -223,48 +221,98 @@ class LogSegment:
                 keep = int(np.searchsorted(base, max_offset, side="left"))
                 if keep < len(chunk.scan):
                     if keep:
-                        yield _head(chunk, keep)
+                        yield head(chunk, keep)
                     return
             yield chunk
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int, decode) -> int | None:
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int, decode, *,
+                                 upper: int | None = None) -> int | None:
         """Earliest offset >= starting_offset whose record timestamp >= timestamp (Kafka ListOffsets).
 
-        `decode(buf, scan)` decodes chunk records to an Arrow batch with offset/timestamp columns.
+        `decode(buf, scan)` decodes chunk records to an Arrow batch with offset/timestamp columns. The
+        time index entry that lets the scan skip ahead must name a batch with that last offset and max
+        timestamp, else the segment is scanned from its start.
         """
-        ts_entry = self._time_index_lookup(timestamp)
-        position = self._index_lookup_position(max(ts_entry.offset, starting_offset))
+        entry = self._time_index_lookup(timestamp)
+        verify = entry.timestamp >= 0 and entry.offset > starting_offset  # the entry lets us skip records
         # the answer is usually within an index interval of that position: start small
         first = min(FIRST_CHUNK_BYTES, 2 * max(self.index_interval_bytes, RECORD_BATCH_OVERHEAD))
-        for chunk in self.iter_chunks(position, first_chunk=first):
-            h = chunk.scan.headers
-            last = chunk.scan.last_offsets
-            cand = np.flatnonzero((h["max_timestamp"].astype(np.int64) >= timestamp) & (last >= starting_offset))
-            for i in cand:  # usually the first candidate batch holds the answer
-                one = select_batches(chunk, int(i), int(i) + 1)
-                batch = decode(one.buf, one.scan)
-                offs = batch.column("offset").to_numpy()
-                tss = batch.column("timestamp").to_numpy()
-                hit = np.flatnonzero((tss >= timestamp) & (offs >= starting_offset))
-                if hit.size:
-                    return int(offs[hit[0]])
+        hit = None
+        for chunk in self.checked_chunks(entry.offset if verify else starting_offset, upper=upper, first_chunk=first):
+            if verify:
+                last = chunk.scan.last_offsets
+                at = np.flatnonzero(last >= entry.offset)
+                if at.size:
+                    i = int(at[0])
+                    if last[i] != entry.offset or int(chunk.scan.headers["max_timestamp"][i]) != entry.timestamp:
+                        break
+                    verify = False
+            if hit is None:
+                hit = self._first_at_or_after(chunk, timestamp, starting_offset, decode)
+            if hit is not None and not verify:
+                return hit
+        if not verify:
+            return hit
+        self._distrust_index(f"time index entry {tuple(entry)} of {self.fs.url(self.time_index.path)} does not name "
+                             f"a batch with that last offset and max timestamp")
+        for chunk in self.checked_chunks_from_start(upper=upper):
+            found = self._first_at_or_after(chunk, timestamp, starting_offset, decode)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _first_at_or_after(chunk: BatchChunk, timestamp: int, starting_offset: int, decode) -> int | None:
+        h = chunk.scan.headers
+        last = chunk.scan.last_offsets
+        cand = np.flatnonzero((h["max_timestamp"].astype(np.int64) >= timestamp) & (last >= starting_offset))
+        for i in cand:  # usually the first candidate batch holds the answer
+            one = select_batches(chunk, int(i), int(i) + 1)
+            batch = decode(one.buf, one.scan)
+            offs = batch.column("offset").to_numpy()
+            tss = batch.column("timestamp").to_numpy()
+            hit = np.flatnonzero((tss >= timestamp) & (offs >= starting_offset))
+            if hit.size:
+                return int(offs[hit[0]])
         return None
 
     def _time_index_lookup(self, timestamp: int) -> TimestampOffset:
         try:
-            return self.time_index.lookup(timestamp)
+            entry = self.time_index.lookup(timestamp)
         except CorruptIndexError as e:
-            log.warning("%s; scanning %s from its start", e, self.source)
+            self._distrust_index(str(e))
             return TimestampOffset(-1, self.base_offset)
+        if entry.timestamp >= 0 and entry.offset < self.base_offset:
+            self._distrust_index(f"time index entry {entry} of {self.fs.url(self.time_index.path)} is below the "
+                                 f"segment's base offset")
+            return TimestampOffset(-1, self.base_offset)
+        return entry
 
-    # ------------------------------------------------------------------ state derived from the tail
     def _tail_scan_start(self) -> int:
+        """Position of the last offset index entry, once checked to start the batch it names; else 0."""
+        if not self.offset_index.entries:
+            return 0
         try:
-            if self.offset_index.entries:
-                return self.offset_index.entry(self.offset_index.entries - 1).position
-        except CorruptIndexError:
-            pass
+            entry = self.offset_index.entry(self.offset_index.entries - 1)
+        except CorruptIndexError as e:
+            self._distrust_index(str(e))
+            return 0
+        if self._starts_batch(entry.position, entry.offset):
+            return entry.position
+        self._distrust_index(f"index entry {entry.offset} -> position {entry.position} of "
+                             f"{self.fs.url(self.offset_index.path)} does not point at that batch")
         return 0
+
+    def _starts_batch(self, position: int, last_offset: int) -> bool:
+        """Whether a whole batch with that last offset starts at `position` (one 61-byte read)."""
+        if not 0 <= position <= self._size - RECORD_BATCH_OVERHEAD:
+            return False
+        raw = self._read(position, position + RECORD_BATCH_OVERHEAD)
+        if len(raw) < RECORD_BATCH_OVERHEAD:
+            return False
+        h = RecordBatchHeader.read(raw)
+        return (h.magic == 2 and h.last_offset == last_offset and h.batch_length >= RECORD_BATCH_OVERHEAD - 12
+                and position + h.size_in_bytes <= self._size)
 
     def _load_index_state(self) -> IndexState:
         """Kafka keeps these in memory; we rebuild them from the index tail and the batches after it."""
@@ -308,26 +356,43 @@ class LogSegment:
         return self.max_timestamp_so_far
 
     def read_next_offset(self) -> int:
-        """Offset after the last complete batch, or the base offset for an empty segment.
+        """Offset after the last whole batch, or the base offset for an empty segment; raises
+        CorruptRecordError when the tail holds a batch that fails its checks (see scan_tail)."""
+        next_offset, error = self.scan_tail()
+        if error is not None:
+            raise error
+        return next_offset
 
-        Scans from the last index entry; if a torn tail leaves nothing whole there (a reader
-        looking at a crashed writer's segment), steps back to earlier entries."""
-        starts = [self._tail_scan_start()]
-        if starts[0] > 0:
-            n = self.offset_index.entries
-            try:
-                starts += [self.offset_index.entry(k).position for k in range(max(0, n - 3), n - 1)][::-1]
-            except CorruptIndexError:
-                pass
-            starts.append(0)
-        for start in starts:
-            last = None
-            for chunk in self.iter_chunks(start):
-                if len(chunk.scan):
-                    last = int(chunk.scan.last_offsets[-1])
-            if last is not None:
-                return last + 1
-        return self.base_offset
+    def scan_tail(self, *, upper: int | None = None) -> tuple[int, CorruptRecordError | None]:
+        """The log end of this segment from checked batches, never from one header alone: the headers
+        from the last index entry on (file_records.check_headers) and the last batch's CRC. Returns
+        (offset after the last good batch, None), or (offset after the last good batch, the error) when
+        a batch fails its checks. A partial batch at the end of the active segment is a tail still
+        being written (or a torn one); damage before the last batch is left to the reads that reach it."""
+        good_last, tail = None, None  # the last offset known good; the last chunk's last batch
+        start = self.offset_index.last_offset if self.offset_index.entries else self.base_offset
+        try:
+            for chunk in self.checked_chunks(start, upper=upper):
+                if tail is not None:
+                    good_last = int(tail.scan.last_offsets[-1])
+                if len(chunk.scan) > 1:
+                    good_last = int(chunk.scan.last_offsets[-2])
+                tail = select_batches(chunk, len(chunk.scan) - 1, len(chunk.scan))
+        except CorruptIndexError as e:  # an index entry that cannot even be read
+            self._distrust_index(str(e))
+            return self.base_offset, None
+        except CorruptRecordError as e:
+            if tail is not None:
+                good_last = int(tail.scan.last_offsets[-1])
+            return (self.base_offset if good_last is None else good_last + 1), e
+        if tail is None:
+            return self.base_offset, None
+        if crc_failures(tail.buf, tail.scan).size:
+            h = tail.scan.header(0, tail.base_position)
+            return ((self.base_offset if good_last is None else good_last + 1),
+                    CorruptRecordError(f"CRC mismatch in the last batch, {h.base_offset}..{h.last_offset}",
+                                       source=self.source, position=h.position))
+        return int(tail.scan.last_offsets[-1]) + 1, None
 
     @property
     def rolling_based_timestamp(self) -> int | None:
@@ -409,49 +474,64 @@ class LogSegment:
         self._appender = None
 
     # ------------------------------------------------------------------ recovery and truncation
-    def recover(self, *, expected_first_offset: int | None = None) -> RecoveryResult:
-        """Validate every batch, rebuild both indexes, and cut the file at the first bad batch."""
+    def recover(self, *, tail_ok: bool = True) -> RecoveryResult:
+        """Validate every batch, rebuild both indexes, and cut a torn tail (see _recover_range)."""
+        return self._recover_range(0, IndexState(), None, tail_ok, prepare=self._reset_indexes)
+
+    def _reset_indexes(self) -> None:
         self.offset_index.reset()
         self.time_index.reset()
-        return self._recover_range(0, IndexState(), expected_first_offset)
 
-    def recover_from(self, offset: int) -> RecoveryResult:
+    def recover_from(self, offset: int, *, tail_ok: bool = True) -> RecoveryResult:
         """Recover only the batches from `offset` (the recovery point) on; earlier ones were flushed.
 
-        Index entries below the recovery point are kept; a recovery point that falls inside a batch,
-        or an index that cannot be trusted, falls back to a full recovery.
+        Index entries below the recovery point are kept once the one the scan starts from is checked;
+        a recovery point that falls inside a batch, or an index that cannot be trusted, falls back to a
+        full recovery.
         """
         if offset <= self.base_offset:
-            return self.recover(expected_first_offset=None)
+            return self.recover(tail_ok=tail_ok)
         try:
             self.offset_index.sanity_check(self._size)
             self.time_index.sanity_check()
             position = None
-            end_of_complete = self._index_lookup_position(offset - 1)
-            for chunk in self.iter_chunks(end_of_complete):
+            end_of_complete, entry_offset = self._entry_for(offset - 1)
+            if entry_offset is not None and not self._starts_batch(end_of_complete, entry_offset):
+                self._distrust_index(f"index entry {entry_offset} -> position {end_of_complete} of "
+                                     f"{self.fs.url(self.offset_index.path)} does not point at that batch")
+                return self.recover(tail_ok=tail_ok)
+            for chunk in self.iter_chunks(end_of_complete, tail_ok=True):
                 bases = chunk.scan.headers["base_offset"].astype(np.int64)
                 i = int(np.searchsorted(bases, offset, side="left"))
                 if i > 0 and chunk.scan.last_offsets[i - 1] >= offset:
-                    return self.recover()  # the recovery point is inside a batch
+                    return self.recover(tail_ok=tail_ok)  # the recovery point is inside a batch
                 if i < len(chunk.scan):
                     position = chunk.base_position + int(chunk.scan.positions[i])
                     break
                 end_of_complete = chunk.base_position + chunk.scan.end
             if position is None:
                 position = end_of_complete
-            self.offset_index.truncate_to(offset)
+            self.offset_index.truncate_to(offset)  # entries from the recovery point on are rebuilt
             self.time_index.truncate_to(offset)
             state = self._index_state_at(position)
         except (CorruptIndexError, CorruptRecordError):
-            return self.recover()
-        return self._recover_range(position, state, offset)
+            return self.recover(tail_ok=tail_ok)
+        return self._recover_range(position, state, offset, tail_ok, prepare=lambda: None)
 
-    def _recover_range(self, start: int, state: IndexState, expected_first: int | None) -> RecoveryResult:
+    def _recover_range(self, start: int, state: IndexState, expected_first: int | None, tail_ok: bool, *,
+                       prepare) -> RecoveryResult:
+        """Validate batches from `start` (CRC, lengths, offsets), then rebuild the index entries after it.
+
+        Only a torn tail is cut: a bad batch in the active segment (tail_ok) after which no valid batch
+        follows, which is what a crash in the middle of an append leaves. Anything else (a bad batch in
+        a rolled segment, or one with valid batches after it) is damage to committed data: it raises
+        CorruptRecordError naming the file and position, and the .log is left as it is."""
         valid = start
         error = None
         prev_next = expected_first
+        entries = []  # (offsets, positions, timestamps, time offsets) to index, applied once all is decided
         try:
-            for chunk in self.iter_chunks(start):
+            for chunk in self.iter_chunks(start, tail_ok=True):
                 try:
                     validate_batches(chunk.buf, chunk.scan, source=self.source, base_position=chunk.base_position,
                                      expected_first_offset=prev_next)
@@ -459,25 +539,40 @@ class LogSegment:
                     good = len(chunk.scan)
                 except CorruptRecordError as e:
                     good = self._valid_prefix(chunk, prev_next)
-                    error = str(e)
+                    error = e
                 if good:
-                    state = self._index_prefix(chunk, good, state)
+                    state = self._plan_prefix(chunk, good, state, entries)
                     valid = chunk.base_position + int(chunk.scan.positions[good - 1] + chunk.scan.sizes[good - 1])
                     prev_next = int(chunk.scan.last_offsets[good - 1]) + 1
                 if error is not None:
                     break
         except CorruptRecordError as e:
-            error = str(e)
+            error = e
         if error is None and valid < self._size:
-            error = f"partial batch at the end of {self.source} (position {valid})"
+            error = CorruptRecordError("partial batch at the end of the segment", source=self.source, position=valid)
         truncated = self._size - valid
+        if truncated:
+            if not tail_ok:
+                raise CorruptRecordError(f"{error}; this segment is not the active one, so this is not a torn tail "
+                                         f"and nothing was truncated", source=self.source, position=valid)
+            follow = find_valid_batch(self._read, valid, self._size, max_batch_size=self.max_batch_size,
+                                      after_offset=None if prev_next is None else prev_next - 1)
+            if follow is not None:
+                raise CorruptRecordError(
+                    f"{error}; a valid batch follows at position {follow}, so this is damage inside committed data, "
+                    f"not a torn tail: nothing was truncated (move the segment aside, or cut it at position {valid} "
+                    f"to give up the records after it)", source=self.source, position=valid)
+        prepare()
+        for offs, poss, tss, toffs in entries:
+            self.offset_index.append_entries(offs, poss)
+            self.time_index.append_entries(tss, toffs)
         if truncated:
             self._truncate_file(valid)
         self._index_state = state
         # as Kafka's recovery does: a normally closed segment ends with its largest timestamp
         self._append_final_time_entry()
         self.flush()
-        return RecoveryResult(valid, truncated, error)
+        return RecoveryResult(valid, truncated, None if error is None else str(error))
 
     def _check_offsets_in_range(self, chunk: BatchChunk) -> None:
         base = chunk.scan.headers["base_offset"].astype(np.int64)
@@ -495,7 +590,7 @@ class LogSegment:
         while lo < hi:
             mid = (lo + hi + 1) // 2
             try:
-                part = _head(chunk, mid)
+                part = head(chunk, mid)
                 validate_batches(part.buf, part.scan, source=self.source, expected_first_offset=expected_first)
                 self._check_offsets_in_range(part)
                 lo = mid
@@ -503,12 +598,11 @@ class LogSegment:
                 hi = mid - 1
         return lo
 
-    def _index_prefix(self, chunk: BatchChunk, n: int, state: IndexState) -> IndexState:
+    def _plan_prefix(self, chunk: BatchChunk, n: int, state: IndexState, entries: list) -> IndexState:
         s = chunk.scan
         plan = plan_index_entries(s.positions[:n] + chunk.base_position, s.sizes[:n], s.last_offsets[:n],
                                   s.headers["max_timestamp"][:n].astype(np.int64), self.index_interval_bytes, state)
-        self.offset_index.append_entries(*plan.offset_entries)
-        self.time_index.append_entries(*plan.time_entries)
+        entries.append((*plan.offset_entries, *plan.time_entries))
         return plan.state
 
     def _truncate_file(self, size: int) -> None:
@@ -561,18 +655,3 @@ class LogSegment:
         self.close()
         for path in self.files():
             self.fs.delete(path)
-
-
-def _head(chunk: BatchChunk, n: int) -> BatchChunk:
-    """The first n batches of a chunk."""
-    return select_batches(chunk, 0, n) if n < len(chunk.scan) else chunk
-
-
-def select_batches(chunk: BatchChunk, first: int, stop: int) -> BatchChunk:
-    """A chunk holding batches [first, stop) of another, sharing nothing mutable with it."""
-    s = chunk.scan
-    start = int(s.positions[first])
-    end = int(s.positions[stop - 1] + s.sizes[stop - 1])
-    sub = BatchScan(positions=s.positions[first:stop] - start, headers=s.headers[first:stop].copy(),
-                    end=end - start, reason=0)
-    return BatchChunk(chunk.buf[start:end], sub, chunk.base_position + start, chunk.source)

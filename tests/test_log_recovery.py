@@ -94,7 +94,10 @@ def test_bad_index_is_rebuilt_equal_to_kafka(root, damage):
     assert offsets(lm) == list(range(90))
 
 
-def test_crc_damage_after_the_recovery_point_truncates_there_and_names_the_position(root, caplog):
+def test_crc_damage_with_valid_batches_after_it_is_reported_never_truncated(root):
+    """Damage after the recovery point with whole, valid batches behind it is not a torn tail: Kafka would
+    cut the log there (it has replicas); with no replica, the records after it are kept and the writer
+    refuses to open, naming the file and position."""
     lm = write(root, batches=10)
     p = path(root, 0, ".log")
     batches = kp_parse(read_file(p))
@@ -104,13 +107,27 @@ def test_crc_damage_after_the_recovery_point_truncates_there_and_names_the_posit
     with open(p, "r+b") as f:
         f.seek(victim["position"] + victim["size"] - 3)
         f.write(b"\xff")
-    # a reader reports the damage with file and position, never skips it
-    with lm.open_log(TP) as log:
-        from storage.records.record_batch import scan_batches, validate_batches
-        chunks = list(log.read(0))
+    before = read_file(p)
+    with lm.open_log(TP) as log:  # a reader serves what comes before the damage, then reports it
+        served = []
         with pytest.raises(CorruptRecordError, match=f"position {victim['position']}"):
-            for c in chunks:
-                validate_batches(c.buf, c.scan, source=c.source, base_position=c.base_position)
+            for batch in log.read_records(0):
+                served += batch.column("offset").to_pylist()
+        assert served == list(range(victim["base_offset"]))
+    with pytest.raises(CorruptRecordError, match=f"position {victim['position']}.*not a torn tail"):
+        lm.open_log(TP, writable=True)
+    assert read_file(p) == before
+
+
+def test_crc_damage_in_the_last_batch_is_a_torn_tail_and_is_cut(root, caplog):
+    lm = write(root, batches=10)
+    p = path(root, 0, ".log")
+    victim = kp_parse(read_file(p))[-1]
+    with open(os.path.join(root, "recovery-point-offset-checkpoint"), "w") as f:
+        f.write("0\n1\nt 0 12\n")  # a crash: the last batch was written after the last checkpoint
+    with open(p, "r+b") as f:
+        f.seek(victim["position"] + victim["size"] - 3)
+        f.write(b"\xff")
     with lm.open_log(TP, writable=True) as log:
         assert log.log_end_offset == victim["base_offset"]
     assert any(f"position {victim['position']}" in r.getMessage() for r in caplog.records)
