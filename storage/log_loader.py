@@ -28,9 +28,10 @@ from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment, segment_settings
 from .producer_state import producer_state_for
+from .segment_swap import LocalSwapPlan, plan_local_swaps
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file,
+    TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file, segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,13 @@ class LogLoader:
 
     # ------------------------------------------------------------------ leftovers
     def _clean_leftovers(self, files: list[FileInfo]) -> list[FileInfo]:
+        """Finish or set aside `.swap` files first (their originals may be `.deleted` files that must not
+        go yet), then remove `.cleaned` and temp files, index swaps, and `.deleted` files past their delay."""
+        if any(p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
+               for p in (parse_segment_file(f.name) for f in files if not f.is_dir)):
+            self._apply_swap_plan(plan_local_swaps(self.fs, self.dir, files, self._kwargs()))
+            files = self.fs.listdir(self.dir)
         keep: list[FileInfo] = []
-        swaps: list[int] = []
         for f in files:
             if f.is_dir:
                 continue
@@ -155,43 +161,54 @@ class LogLoader:
             if f.name.endswith(".tmp") or (parsed is not None and parsed.extra == CLEANED_FILE_SUFFIX):
                 self._remove(path)
             elif parsed is not None and parsed.extra == DELETED_FILE_SUFFIX:
-                if self.now_ms - self.fs.modified_ms(path) >= self.config.file_delete_delay_ms:
+                try:
+                    due = self.now_ms - self.fs.modified_ms(path) >= self.config.file_delete_delay_ms
+                except FileNotFoundError:  # removed by a maintenance pass since the listing
+                    continue
+                if due:
                     self._remove(path)
             elif parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
-                if parsed.suffix == LOG_FILE_SUFFIX:
-                    swaps.append(parsed.base_offset)
-                else:
-                    self._remove(path)  # indexes of swapped-in segments are rebuilt
+                self._remove(path)  # index swaps: the indexes of swapped-in segments are rebuilt
             else:
                 keep.append(f)
-        if swaps:
-            keep = self._complete_swaps(sorted(swaps), keep)
         return keep
 
     def _remove(self, path: str) -> None:
         self.fs.delete(path)
         self.report.removed.append(self.fs.basename(path))
 
-    def _complete_swaps(self, swaps: list[int], files: list[FileInfo]) -> list[FileInfo]:
-        """A .swap log is a finished compaction/merge output: replace the segments it covers, keep it."""
-        lo = swaps[0]
-        hi = max(LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
-                            **self._kwargs()).read_next_offset() for b in swaps)
-        out = []
-        for f in files:
-            parsed = parse_segment_file(f.name)
-            if parsed is not None and not parsed.extra and lo <= parsed.base_offset < hi:
-                self._remove(self.fs.join(self.dir, f.name))
-            else:
-                out.append(f)
-        for b in swaps:
-            seg = LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
-                             **self._kwargs())
-            self.fs.rename(seg.log_path, seg.log_path[: -len(SWAP_FILE_SUFFIX)])
-            name = self.fs.basename(seg.log_path[: -len(SWAP_FILE_SUFFIX)])
-            out.append(FileInfo(name, self.fs.size(self.fs.join(self.dir, name)), False))
+    def _apply_swap_plan(self, plan: LocalSwapPlan) -> None:
+        """A writer acts on the checked plan: damaged swaps are set aside (renamed to `.swap.damaged`, which
+        no loader reads) and the originals they had moved come back; good swaps replace exactly the
+        segments they cover. Each step is a rename or a delete that a crash may interrupt: the next
+        load plans again from what is there."""
+        fs, d = self.fs, self.dir
+        for b, error in plan.damaged:
+            src = fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))
+            log.warning("%s: set aside as %s.damaged; the segments it would have replaced stay: %s",
+                        fs.url(src), fs.basename(src), error)
+            fs.rename(src, src + ".damaged")
+            self.report.removed.append(fs.basename(src))
+        for b in plan.restores:
+            for suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX):  # the .log last
+                src = fs.join(d, segment_file_name(b, suffix, DELETED_FILE_SUFFIX))
+                if fs.exists(src):
+                    fs.rename(src, src[: -len(DELETED_FILE_SUFFIX)])
+            log.warning("%s: brought back from %s (the swap that moved it is damaged)",
+                        fs.url(fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX))), DELETED_FILE_SUFFIX)
+        for b, _, covered in plan.installs:
+            for x in covered:
+                for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+                    if x == b and suffix == LOG_FILE_SUFFIX:
+                        continue  # replaced by the rename below, in one step
+                    path = fs.join(d, segment_file_name(x, suffix))
+                    if fs.exists(path):
+                        self._remove(path)
+            swap = fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))
+            fs.rename(swap, swap[: -len(SWAP_FILE_SUFFIX)])
             self.report.swapped_in.append(b)
-        return out
+        if fs.capabilities.fsync:
+            fs.sync_dir(d)
 
     # ------------------------------------------------------------------ segments
     def _load_segments(self, files: list[FileInfo], immutable: bool = False) -> list[LogSegment]:
@@ -214,9 +231,7 @@ class LogLoader:
         if immutable:
             swap_view, ranges = self._object_swap_view(files)
         else:
-            swap_view = self._reader_swap_view(files) if not self.writable else {}
-            if swap_view:
-                ranges = [(min(swap_view), max(s.read_next_offset() for s in swap_view.values()))]
+            swap_view, ranges = self._reader_swap_view(files) if not self.writable else ({}, [])
         if swap_view:
             logs = {b: size for b, size in logs.items() if not any(lo_ <= b < hi_ for lo_, hi_ in ranges)}
         segments = []
@@ -241,18 +256,33 @@ class LogLoader:
             segments.append(seg)
         return segments
 
-    def _reader_swap_view(self, files: list[FileInfo]) -> dict[int, LogSegment]:
-        """A reader listing mid-swap (or after a crashed one) reads the finished .swap output in place of
-        the segments it replaces, whose files may already be .deleted; only a writer renames it."""
-        view = {}
-        for f in files:
-            parsed = parse_segment_file(f.name)
-            if parsed is not None and parsed.extra == SWAP_FILE_SUFFIX and parsed.suffix == LOG_FILE_SUFFIX:
-                seg = LogSegment(self.fs, self.dir, parsed.base_offset, file_suffix=SWAP_FILE_SUFFIX, log_size=f.size,
-                                 index_size=0, time_index_size=0, **self._kwargs())
-                seg.needs_rebuild = True  # no index: reads scan this segment
-                view[parsed.base_offset] = seg
-        return view
+    def _reader_swap_view(self, files: list[FileInfo]) -> tuple[dict[int, LogSegment], list[tuple[int, int]]]:
+        """A reader listing mid-swap (or after a crashed one) reads a finished, checked `.swap` in place of
+        the segments it covers, whose files may already be `.deleted`; only a writer renames it. A
+        damaged swap is passed over, and the originals it had moved are read from their `.deleted` files."""
+        if not any(p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
+                   for p in (parse_segment_file(f.name) for f in files if not f.is_dir)):
+            return {}, []
+        plan = plan_local_swaps(self.fs, self.dir, files, self._kwargs())
+        sizes = {f.name: f.size for f in files}
+        view, ranges = {}, []
+        for b, last, _ in plan.installs:
+            seg = LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
+                             log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)], **self._kwargs())
+            seg.needs_rebuild = True  # no index: reads scan this segment
+            view[b] = seg
+            ranges.append((b, last + 1))
+        for b, error in plan.damaged:
+            log.warning("%s is damaged and is not read in place of the segments it would replace: %s",
+                        self.fs.url(self.fs.join(self.dir, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))),
+                        error)
+        for b in plan.restores:
+            seg = LogSegment(self.fs, self.dir, b, file_suffix=DELETED_FILE_SUFFIX, index_size=0, time_index_size=0,
+                             log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
+                             **self._kwargs())
+            seg.needs_rebuild = True
+            view[b] = seg
+        return view, ranges
 
     def _object_swap_view(self, files: list[FileInfo]) -> tuple[dict[int, LogSegment], list[tuple[int, int]]]:
         """Immutable segments: a committed `<base>.log.swap` (storage/segment_swap.py) replaces the live

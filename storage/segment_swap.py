@@ -26,11 +26,13 @@ segment's first batch header.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
-from .errors import KafkaStorageError
+from .errors import CorruptRecordError, KafkaStorageError
+from .file_records import check_headers, crc_failures
 from .filesystem import LogFileSystem
 from .index import OffsetIndex
 from .log_segment import LogSegment, segment_settings
@@ -82,6 +84,107 @@ def replace_segments(log, new_segments: list[LogSegment], old_segments: list[Log
     if log.fs.capabilities.fsync:
         log.fs.sync_dir(log.dir)
     log.swap_in_memory(fresh, old_segments)
+
+
+def check_swap(seg: LogSegment) -> int:
+    """The last offset of a `.swap` (or any finished) segment once all of it is checked: whole batches to
+    its end, CRCs, and headers with offsets increasing inside [base offset, base offset + 2^31). Raises
+    CorruptRecordError naming the file and position. A swap is a hint like any leftover: it replaces
+    nothing until this holds."""
+    last = None
+    try:
+        for chunk in seg.iter_chunks(0, tail_ok=False):
+            last = check_headers(chunk, prev_last=last, base_offset=seg.base_offset)
+            bad = crc_failures(chunk.buf, chunk.scan)
+            if bad.size:
+                h = chunk.scan.header(int(bad[0]), chunk.base_position)
+                raise CorruptRecordError(f"CRC mismatch in batch {h.base_offset}..{h.last_offset}", source=seg.source,
+                                         position=h.position)
+    finally:
+        seg.release_readers()
+    if last is None:
+        raise CorruptRecordError("the swap segment holds no batch", source=seg.source, position=0)
+    return last
+
+
+@dataclass
+class LocalSwapPlan:
+    """What the `.swap` files of a partition directory mean (see plan_local_swaps)."""
+
+    installs: list = field(default_factory=list)  # (swap base, its last offset, live bases it replaces)
+    damaged: list = field(default_factory=list)  # (swap base, the error): set aside, never installed
+    restores: list = field(default_factory=list)  # bases of `.deleted` originals a damaged swap had moved
+
+    def replaced(self) -> set[int]:
+        return {b for _, _, covered in self.installs for b in covered}
+
+
+def plan_local_swaps(fs: LogFileSystem, dir: str, files, segment_kwargs: dict) -> LocalSwapPlan:
+    """Check every `<base>.log.swap` of a directory (check_swap) and decide what it replaces: exactly the
+    live segments whose offsets lie inside its own [base, last offset], never a later one (a live
+    segment reaching past its last offset makes the swap suspect). A damaged or suspect swap replaces
+    nothing; the originals it had already renamed to `.deleted` (a crash in the middle of the swap)
+    are brought back, when they hold whole batches that overlap no live segment."""
+    names = {f.name: f.size for f in files if not f.is_dir}
+    live: dict[int, int] = {}
+    swaps, deleted = [], []
+    for name, size in names.items():
+        p = parse_segment_file(name)
+        if p is None or p.suffix != LOG_FILE_SUFFIX:
+            continue
+        if not p.extra:
+            live[p.base_offset] = size
+        elif p.extra == SWAP_FILE_SUFFIX:
+            swaps.append(p.base_offset)
+        elif p.extra == DELETED_FILE_SUFFIX:
+            deleted.append(p.base_offset)
+    plan = LocalSwapPlan()
+    ranges: dict[int, tuple[int, int]] = {}  # base -> (base, last) of live segments, read on demand
+
+    def live_range(b: int) -> tuple[int, int]:
+        if b not in ranges:
+            seg = LogSegment(fs, dir, b, log_size=live[b], **segment_kwargs)
+            try:
+                nxt, err = seg.scan_tail()
+            finally:
+                seg.release_readers()
+            if err is not None:
+                raise err
+            ranges[b] = (b, nxt - 1)
+        return ranges[b]
+
+    for b in sorted(swaps):
+        seg = LogSegment(fs, dir, b, file_suffix=SWAP_FILE_SUFFIX, log_size=names[segment_file_name(
+            b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)], index_size=0, time_index_size=0, **segment_kwargs)
+        try:
+            last = check_swap(seg)
+            covered = sorted(x for x in live if b <= x <= last)
+            for x in covered:
+                if live_range(x)[1] > last:
+                    raise CorruptRecordError(f"the swap ends at offset {last} but replaces segment {x}, which "
+                                             f"reaches offset {live_range(x)[1]}", source=seg.source)
+            plan.installs.append((b, last, covered))
+        except CorruptRecordError as e:
+            plan.damaged.append((b, e))
+    if plan.damaged:
+        taken = [live_range(x) for x in live if x not in plan.replaced()]
+        taken += [(b, last) for b, last, _ in plan.installs]
+        first_damaged = min(b for b, _ in plan.damaged)
+        for b in sorted(deleted):
+            if b < first_damaged or b in live:
+                continue
+            seg = LogSegment(fs, dir, b, file_suffix=DELETED_FILE_SUFFIX, index_size=0, time_index_size=0,
+                             log_size=names[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
+                             **segment_kwargs)
+            try:
+                last = check_swap(seg)
+            except CorruptRecordError:
+                continue  # not a whole segment: not one to bring back
+            if any(lo <= last and b <= hi for lo, hi in taken):
+                continue  # overlaps what is live: a leftover of an earlier, completed swap
+            taken.append((b, last))
+            plan.restores.append(b)
+    return plan
 
 
 # ---------------------------------------------------------------- object stores
