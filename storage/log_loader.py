@@ -19,7 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptIndexError, KafkaStorageError, UnknownTopicOrPartitionError
+from .errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
 from .filesystem import FileInfo, LogFileSystem
 from .objects.immutable_segment import (
     check_exclusive_create, immutable_segments, next_offset_of, rebuild_indexes,
@@ -28,7 +28,7 @@ from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment, segment_settings
 from .producer_state import producer_state_for
-from .segment_swap import LocalSwapPlan, plan_local_swaps
+from .segment_swap import LocalSwapPlan, object_swap_last_offset, plan_local_swaps
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file, segment_file_name,
@@ -297,15 +297,14 @@ class LogLoader:
             if parsed is None or parsed.extra != SWAP_FILE_SUFFIX or parsed.suffix != LOG_FILE_SUFFIX or not size:
                 continue
             base = parsed.base_offset
-            idx = sizes.get(name[: -len(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX)] + INDEX_FILE_SUFFIX + SWAP_FILE_SUFFIX, 0)
-            probe = LogSegment(self.fs, self.dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size,
-                               index_size=idx - idx % 8, time_index_size=0, **self._kwargs())
             try:
-                nxt = next_offset_of(probe)  # validates the index entry it starts from
+                nxt = object_swap_last_offset(self.fs, self.dir, base, size, self.config) + 1
             except FileNotFoundError:
                 continue  # completed since the listing
-            finally:
-                probe.release_readers()
+            except CorruptRecordError as e:
+                log.warning("%s is damaged and is not read in place of the segments it would replace (the "
+                            "maintenance job sets it aside): %s", self.fs.url(self.fs.join(self.dir, name)), e)
+                continue
             seg = LogSegment(self.fs, self.dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size, index_size=0,
                              time_index_size=0, **self._kwargs())
             view[base] = seg  # no index entries: reads scan it (it is short-lived)

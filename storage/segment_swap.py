@@ -26,6 +26,7 @@ segment's first batch header.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,15 +35,16 @@ import numpy as np
 from .errors import CorruptRecordError, KafkaStorageError
 from .file_records import check_headers, crc_failures
 from .filesystem import LogFileSystem
-from .index import OffsetIndex
 from .log_segment import LogSegment, segment_settings
-from .objects.immutable_segment import next_offset_of, prime_index, rebuild_indexes
+from .objects.immutable_segment import prime_index, rebuild_indexes
 from .producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, parse_segment_file, segment_file_name,
 )
+
+logger = logging.getLogger(__name__)
 
 CACHE_SEGMENT_BYTES = 1 << 20  # settle_hint reads segments up to this size whole, for the merge to reuse
 CACHE_BYTES = 64 << 20  # ... up to this much in all
@@ -275,17 +277,22 @@ def publish_swap(fs: LogFileSystem, dir: str, base: int, log_bytes, off_rows: np
     complete_swap(fs, dir, base, next_offset=next_offset, off_rows=off_rows, time_rows=time_rows, fresh=True)
 
 
-def _swap_next_offset(fs: LogFileSystem, dir: str, base: int, names: dict[str, int], config) -> int:
-    """The next offset of a `.swap` segment, from its index swap and tail (validated), else a full scan."""
-    size = names.get(segment_file_name(base, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX), 0)
-    idx = names.get(segment_file_name(base, INDEX_FILE_SUFFIX, SWAP_FILE_SUFFIX), 0)
-    seg = LogSegment(fs, dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size,
-                     index_size=idx - idx % OffsetIndex.entry_dtype.itemsize, time_index_size=0,
+def object_swap_last_offset(fs: LogFileSystem, dir: str, base: int, size: int, config) -> int:
+    """The last offset of an object store's `<base>.log.swap`, once the whole object is checked
+    (check_swap); raises CorruptRecordError for a damaged one, FileNotFoundError if it is gone."""
+    seg = LogSegment(fs, dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size, index_size=0, time_index_size=0,
                      **segment_settings(config))
-    try:
-        return next_offset_of(seg)
-    finally:
-        seg.release_readers()
+    return check_swap(seg)
+
+
+def set_aside_object_swap(fs: LogFileSystem, dir: str, base: int, error: Exception) -> None:
+    """A damaged object swap replaces nothing: its `.log.swap` is copied to `.log.swap.damaged` and the
+    swap objects are deleted; the segments it would have replaced are left as they are."""
+    log_swap = swap_path(fs, dir, base)
+    logger.warning("%s: set aside as %s.damaged; the segments it would have replaced stay: %s", fs.url(log_swap),
+                   fs.basename(log_swap), error)
+    copy_if_present(fs, log_swap, log_swap + ".damaged")
+    fs.delete_many([log_swap] + [swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
 
 
 def complete_swap(fs: LogFileSystem, dir: str, base: int, *, next_offset: int | None = None, config=None,
@@ -298,7 +305,19 @@ def complete_swap(fs: LogFileSystem, dir: str, base: int, *, next_offset: int | 
     if swap_name not in names:
         return False
     if next_offset is None:
-        next_offset = _swap_next_offset(fs, dir, base, names, config)
+        try:
+            next_offset = object_swap_last_offset(fs, dir, base, names[swap_name], config) + 1
+        except FileNotFoundError:
+            return False  # completed by another job since the listing
+        except CorruptRecordError as e:
+            twins = [p for p in map(parse_segment_file, names) if p is not None and p.extra == DELETED_FILE_SUFFIX
+                     and p.suffix == LOG_FILE_SUFFIX and p.base_offset >= base]
+            if twins:  # sources are never merged again while they have twins: these are this swap's
+                raise CorruptRecordError(f"{e}; its completion had begun (segments from offset {base} on have "
+                                         f".deleted copies): nothing more is changed; restore from the .deleted "
+                                         f"copies by hand") from None
+            set_aside_object_swap(fs, dir, base, e)
+            return False
     log_swap, head = fs.join(dir, swap_name), live_path(fs, dir, base)
     swapped = False if fresh else (segment_file_name(base, LOG_FILE_SUFFIX) in names
                                    and fs.same_object(head, log_swap))

@@ -534,6 +534,32 @@ def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces()
     check_indexes(lm, 4096)
 
 
+@pytest.mark.parametrize("damage", ["flipped-byte", "truncated"])
+def test_a_damaged_object_swap_replaces_nothing_and_is_set_aside(damage):
+    from storage.cleaner.segment_merger import build_merged
+    from storage.segment_swap import complete_pending_swaps, swap_path
+
+    lm = manager({"retention.ms": "-1"})
+    for i in range(5):
+        append(lm, [(TS0 + i, b"k", b"v%d" % i, [])])
+    model = parsed(lm)
+    with lm.open_log(TP) as log:
+        data = bytearray(build_merged(log, log.segments[1:4])[0])
+    if damage == "flipped-byte":
+        data[len(data) // 2] ^= 0x04
+    else:
+        data = data[:-9]
+    d = lm.partition_dir(TP)
+    assert lm.fs.create_exclusive(swap_path(lm.fs, d, 1), bytes(data))
+    with lm.open_log(TP) as log:  # readers pass over it: the originals are all there
+        assert [s.base_offset for s in log.segments] == [0, 1, 2, 3, 4] and read_all(log) == model
+    assert complete_pending_swaps(lm.fs, d, lm.topic("t").config, now_ms=later(700_000),
+                                  abandoned_after_ms=600_000) == []
+    names = files(lm)
+    assert f"{1:020d}.log.swap.damaged" in names and f"{1:020d}.log.swap" not in names
+    assert list(live_logs(lm)) == [0, 1, 2, 3, 4] and parsed(lm) == model
+
+
 def test_overlapping_swaps_are_reported_and_a_second_swap_rolls_itself_back():
     from storage.cleaner.segment_merger import build_merged
     from storage.segment_swap import SwapAbortedError, publish_swap, swap_path
