@@ -67,7 +67,7 @@ def _offset(text: str):
 
 
 ROOT_HELP = ("the log dir (Kafka's log.dir): a local path, or a file://, memory:// or object store URL "
-             "(s3://bucket/prefix, with --fs for its storage options)")
+             "(s3://bucket/prefix, with --fs for its storage options); several: log.dirs=DIR1,DIR2")
 
 
 def build_parser() -> argparse.ArgumentParser:

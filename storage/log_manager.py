@@ -1,8 +1,8 @@
 """LogManager: Kafka's log dirs. Topics and their configs, partition logs, checkpoints, and the background
 duties (retention, delete-records, topic deletion).
 
-ROOT is one log dir or several, comma-separated like Kafka's `log.dirs` (all on the same kind of
-filesystem). A new partition goes to the log dir holding the fewest partitions (ties: the first
+ROOT is one log dir, or several given as a list or as Kafka's setting spelled out,
+`log.dirs=/disk1/logs,/disk2/logs` (all on the same kind of filesystem); a bare path is never split. A new partition goes to the log dir holding the fewest partitions (ties: the first
 listed); a partition is found in whichever dir holds it; each log dir keeps checkpoint files for the
 partitions it holds. Topic metadata (partition count, config overrides) lives in the first log dir as
 `<topic>.kafkalog-topic.json`: a file, not a directory, so a Kafka broker pointed at the dir would
@@ -14,6 +14,7 @@ config.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import time
 import uuid
@@ -25,8 +26,8 @@ from .checkpoint import (
     OffsetCheckpointFile,
 )
 from .errors import (
-    InvalidConfigError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError, TopicExistsError,
-    UnknownTopicOrPartitionError,
+    InvalidConfigError, InvalidTopicError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError,
+    TopicExistsError, UnknownTopicOrPartitionError,
 )
 from .filesystem import LogFileSystem
 from .filesystem_factory import open_filesystem
@@ -39,10 +40,23 @@ from .log_retention import (
 )
 from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
-    TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, validate_topic_name,
+    TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, unify_collision_chars,
+    validate_topic_name,
 )
 
 TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
+LOG_DIRS_PREFIX = "log.dirs="  # ROOT naming several log dirs: log.dirs=/disk1/logs,/disk2/logs
+# A file name, and the temporary name a rewrite uses (".<8 hex>.tmp"), must fit in 255 bytes: topics
+# longer than this get a shortened, hashed file name (`~` cannot appear in a topic name).
+MAX_PLAIN_TOPIC_FILE_TOPIC = 255 - len(TOPIC_FILE_SUFFIX) - 13
+MAX_PARTITIONS = 100_000  # per topic: `<249-char topic>-99999` is the longest directory name that fits
+
+
+def topic_file_name(topic: str) -> str:
+    """`<topic>.kafkalog-topic.json`, or for a long topic `<first 200 chars>~<16 hex of its SHA-256>...`."""
+    if len(topic) <= MAX_PLAIN_TOPIC_FILE_TOPIC:
+        return topic + TOPIC_FILE_SUFFIX
+    return f"{topic[:200]}~{hashlib.sha256(topic.encode()).hexdigest()[:16]}{TOPIC_FILE_SUFFIX}"
 ROOT_LOCK_FILE = ".lock"
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, CLEANER_OFFSET_CHECKPOINT_FILE)
 
@@ -64,11 +78,23 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _open_log_dirs(root: str, storage_options: dict | None, fs: LogFileSystem | None):
-    """(filesystem, [log dir paths]) for Kafka's comma-separated log.dirs."""
-    parts = [p.strip() for p in str(root).split(",")]
-    if any(not p for p in parts):
-        raise InvalidConfigError(f"log dirs {root!r}: an empty entry in the comma-separated list")
+def log_dir_list(root) -> list[str]:
+    """The log dirs a ROOT names: a path or URL is one log dir, commas and all; several are a list, or
+    Kafka's `log.dirs=` setting spelled out (`log.dirs=/disk1/logs,/disk2/logs`), never a bare comma."""
+    if isinstance(root, (list, tuple)):
+        parts = [str(p) for p in root]
+    elif str(root).startswith(LOG_DIRS_PREFIX):
+        parts = [p.strip() for p in str(root)[len(LOG_DIRS_PREFIX):].split(",")]
+    else:
+        parts = [str(root)]
+    if not parts or any(not p.strip() for p in parts):
+        raise InvalidConfigError(f"log dirs {root!r}: an empty log dir")
+    return parts
+
+
+def _open_log_dirs(root, storage_options: dict | None, fs: LogFileSystem | None):
+    """(filesystem, [log dir paths]) for one log dir or several (log_dir_list)."""
+    parts = log_dir_list(root)
     given = fs is not None
     dirs: list[str] = []
     for p in parts:
@@ -117,7 +143,9 @@ class LogManager:
 
     def url(self, path: str | None = None) -> str:
         if path is None:
-            return ",".join(self.fs.url(d) for d in self.log_dirs)
+            if len(self.log_dirs) == 1:
+                return self.fs.url(self.root)
+            return LOG_DIRS_PREFIX + ",".join(self.fs.url(d) for d in self.log_dirs)
         return self.fs.url(path)
 
     def _dir_lock(self, log_dir: str, timeout: float = 60):
@@ -147,7 +175,7 @@ class LogManager:
 
     # ------------------------------------------------------------------ topics
     def _topic_file(self, topic: str) -> str:
-        return self.fs.join(self.root, topic + TOPIC_FILE_SUFFIX)
+        return self.fs.join(self.root, topic_file_name(topic))
 
     def _list_log_dirs(self) -> None:
         """On a store that caches listings (object stores), list each log dir once, so that the lookups of
@@ -160,17 +188,21 @@ class LogManager:
     def _topic_files(self, topic: str) -> list[str]:
         """The topic's metadata files that exist, first log dir first."""
         self._list_log_dirs()
-        paths = [self.fs.join(d, topic + TOPIC_FILE_SUFFIX) for d in self.log_dirs]
+        paths = [self.fs.join(d, topic_file_name(topic)) for d in self.log_dirs]
         return [p for p in paths if self.fs.exists(p)]
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         """Validate, persist the topic file with a create-only write, and make the partition directories."""
         validate_topic_name(topic)
-        if not isinstance(partitions, int) or partitions < 1:
-            raise InvalidConfigError(f"topic {topic}: partitions must be a positive integer, got {partitions!r}")
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidConfigError(f"topic {topic}: the partition count must be an integer from 1 to "
+                                     f"{MAX_PARTITIONS}, got {partitions!r}")
         cfg = LogConfig.from_dict(config or {})
         if self._partition_dirs().get(topic) or self._topic_files(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
+        clash = [t for t in self.topics() if t != topic and unify_collision_chars(t) == unify_collision_chars(topic)]
+        if clash:  # Kafka's rule: '.' and '_' collide in metric names
+            raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {clash[0]}")
         meta = TopicMetadata(topic, partitions, cfg, uuid.uuid4().hex)
         body = json.dumps(meta.to_json(), indent=2, sort_keys=True).encode() + b"\n"
         with self._dir_lock(self.root):  # writers make missing partition dirs under it: none before we are done
@@ -227,8 +259,21 @@ class LogManager:
         names = set(self._partition_dirs())
         for d in self.log_dirs:
             for f in self.fs.listdir(d):
-                if not f.is_dir and f.name.endswith(TOPIC_FILE_SUFFIX):
-                    names.add(f.name[: -len(TOPIC_FILE_SUFFIX)])
+                if f.is_dir or not f.name.endswith(TOPIC_FILE_SUFFIX):
+                    continue
+                stem = f.name[: -len(TOPIC_FILE_SUFFIX)]
+                if "~" not in stem:
+                    names.add(stem)
+                    continue
+                try:  # a long topic's hashed file name: the name is in the file
+                    name = json.loads(self.fs.read(self.fs.join(d, f.name)))["topic"]
+                except FileNotFoundError:
+                    continue
+                except (ValueError, KeyError, TypeError) as e:
+                    raise InvalidConfigError(f"topic file {self.url(self.fs.join(d, f.name))} is not valid: "
+                                             f"{e}") from e
+                if topic_file_name(name) == f.name:
+                    names.add(name)
         return sorted(names)
 
     def topic(self, topic: str) -> TopicMetadata:

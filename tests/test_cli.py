@@ -444,3 +444,32 @@ def test_timestamp_bounds_of_the_topic_are_checked_before_writing(capsys, root):
     assert rc == 1 and out == "" and err.startswith("kafkalog: error: stdin line 2: timestamp 1000 is out of range")
     assert log_end_offsets(root, "tb") == [0, 0]
     assert produce(capsys, root, "tb", [{"key": "a", "value": "now"}]).startswith("Wrote 1 record")
+
+
+@pytest.mark.parametrize("length", [222, 236, 249])
+def test_topics_as_long_as_kafka_allows_work_end_to_end(capsys, root, length):
+    """Every file and temporary name made under ROOT or a partition directory fits in 255 bytes."""
+    topic = ("t" * length)[:length - 2] + ".x"
+    assert run(capsys, "topics", root, "--create", "--topic", topic, "--partitions", "2",
+               "--config", "segment.bytes=200")[0] == 0
+    produce(capsys, root, topic, [{"key": f"k{i}", "value": f"v{i}"} for i in range(20)])
+    assert run(capsys, "topics", root, "--alter", "--topic", topic, "--add-config", "retention.ms=99")[0] == 0
+    assert run(capsys, "topics", root, "--list")[1].split() == [topic]
+    got = consume(capsys, root, topic)
+    assert sorted(r["value"] for r in got) == sorted(f"v{i}" for i in range(20))
+    assert LogManager(root).topic(topic).config.retention_ms == 99
+    assert run(capsys, "maintain", root, "--once")[0] == 0
+    assert run(capsys, "topics", root, "--delete", "--topic", topic)[0] == 0
+    assert run(capsys, "topics", root, "--list")[1].split() == []
+    for dirpath, dirnames, filenames in os.walk(root):
+        assert all(len(n.encode()) <= 255 for n in dirnames + filenames)
+
+
+def test_topic_names_that_collide_in_metrics_are_refused_and_partition_counts_are_bounded(capsys, root):
+    assert run(capsys, "topics", root, "--create", "--topic", "a.b")[0] == 0
+    rc, out, err = run(capsys, "topics", root, "--create", "--topic", "a_b")
+    assert rc == 1 and "Topic 'a_b' collides with existing topic: a.b" in err
+    rc, out, err = run(capsys, "topics", root, "--create", "--topic", "big", "--partitions", "2147483648")
+    assert rc in (1, 2) and "100000" in err and "Traceback" not in err
+    assert sorted(os.listdir(root)) == sorted(n for n in os.listdir(root) if not n.startswith("big"))
+    assert not any(n.startswith("big") for n in os.listdir(root))

@@ -64,17 +64,17 @@ def run(capsys, *argv):
 
 
 def test_root_keeps_meaning_the_first_dir(dirs, root):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     assert lm.root == dirs[0] and lm.log_dirs == dirs
-    assert lm.url() == ",".join(dirs)
+    assert lm.url() == "log.dirs=" + ",".join(dirs)
     single = LogManager(root)
     assert single.log_dirs == [single.root] and single.url() == single.root
-    spaced = LogManager(" , ".join(dirs) + "/")
+    spaced = LogManager("log.dirs=" + " , ".join(dirs) + "/")
     assert spaced.log_dirs == dirs
 
 
 def test_new_partitions_go_to_the_dir_with_fewest(dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("x", 5)
     want = model_placement(dirs, {d: 0 for d in dirs}, [TopicPartition("x", p) for p in range(5)])
     assert placed(dirs) == want
@@ -96,7 +96,7 @@ def test_new_partitions_go_to_the_dir_with_fewest(dirs):
 
 
 def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("t", 3)
     where = placed(dirs)
     for p in range(3):
@@ -109,7 +109,7 @@ def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dir
         tp = TopicPartition("t", p)
         data = open(os.path.join(where[tp], f"t-{p}", f"{0:020d}.log"), "rb").read()
         assert [r[3] for b in kp_parse(data) for r in b["records"]] == [str(p).encode() * (p + 1)] * (p + 1)
-    rc, out, err = run(capsys, "consume", ",".join(dirs), "--topic", "t")
+    rc, out, err = run(capsys, "consume", "log.dirs=" + ",".join(dirs), "--topic", "t")
     assert rc == 0, err
     assert [(json.loads(line)["partition"], json.loads(line)["offset"]) for line in out.splitlines()] == \
         [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
@@ -124,24 +124,24 @@ def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dir
     assert lm.delete_records(tp, 2) == 2
     for d in dirs:
         assert (("t", 2) in checkpoint_text(os.path.join(d, "log-start-offset-checkpoint"))) == (d == where[tp])
-    with LogManager(",".join(dirs)).open_log(tp) as log:
+    with LogManager("log.dirs=" + ",".join(dirs)).open_log(tp) as log:
         assert log.log_start_offset == 2
-    assert json.loads(run(capsys, "describe", ",".join(dirs), "--json")[1])["root"] == ",".join(dirs)
+    assert json.loads(run(capsys, "describe", "log.dirs=" + ",".join(dirs), "--json")[1])["root"] == "log.dirs=" + ",".join(dirs)
 
 
 def test_a_topic_file_in_another_dir_is_read(dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("t", 2, {"retention.ms": "1234"})
     os.rename(os.path.join(dirs[0], "t.kafkalog-topic.json"), os.path.join(dirs[1], "t.kafkalog-topic.json"))
-    again = LogManager(",".join(dirs))
+    again = LogManager("log.dirs=" + ",".join(dirs))
     assert again.topics() == ["t"] and again.topic("t").config.retention_ms == 1234
     again.alter_topic_config("t", {"retention.ms": "99"})
-    assert LogManager(",".join(dirs)).topic("t").config.retention_ms == 99
+    assert LogManager("log.dirs=" + ",".join(dirs)).topic("t").config.retention_ms == 99
     assert not os.path.exists(os.path.join(dirs[0], "t.kafkalog-topic.json"))
 
 
 def test_the_same_partition_in_two_dirs_is_an_error_naming_both(capsys, dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("t", 1)
     holder = placed(dirs)[TopicPartition("t", 0)]
     other = [d for d in dirs if d != holder][0]
@@ -151,23 +151,38 @@ def test_the_same_partition_in_two_dirs_is_an_error_naming_both(capsys, dirs):
         with pytest.raises(KafkaStorageError) as e:
             call()
         assert os.path.join(holder, "t-0") in str(e.value) and os.path.join(other, "t-0") in str(e.value)
-    rc, out, err = run(capsys, "describe", ",".join(dirs))
+    rc, out, err = run(capsys, "describe", "log.dirs=" + ",".join(dirs))
     assert rc == 1 and "two log dirs" in err
 
 
 def test_bad_log_dir_lists(tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     with pytest.raises(InvalidConfigError, match="same kind of filesystem"):
-        LogManager(f"{a},memory://x")
+        LogManager(f"log.dirs={a},memory://x")
     with pytest.raises(InvalidConfigError, match="listed twice"):
-        LogManager(f"{a},{b},{a}/")
-    with pytest.raises(InvalidConfigError, match="empty entry"):
-        LogManager(f"{a},,{b}")
+        LogManager([a, b, a + "/"])
+    with pytest.raises(InvalidConfigError, match="empty log dir"):
+        LogManager(f"log.dirs={a},,{b}")
+
+
+def test_a_comma_in_a_path_never_splits_it(tmp_path, monkeypatch, capsys):
+    """Several log dirs are asked for explicitly (a list, or log.dirs=...): a ROOT with a comma is one
+    directory, and nothing is created outside it (the old comma split made a lock in the working dir)."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    root = str(tmp_path / "logs,2024")
+    assert run(capsys, "topics", root, "--create", "--topic", "t")[0] == 0
+    assert main(["produce", root, "--topic", "t"], stdin=io.BytesIO(b'{"value": "v"}\n')) == 0
+    lm = LogManager(root)
+    assert lm.log_dirs == [root] and lm.url() == root
+    assert os.path.isdir(os.path.join(root, "t-0")) and os.listdir(work) == []
+    assert sorted(os.listdir(tmp_path)) == ["cwd", "logs,2024"]
 
 
 def test_memory_log_dirs_and_the_cli(capsys):
     roots = [f"memory://kl-{uuid.uuid4().hex}" for _ in range(2)]
-    root = ",".join(roots)
+    root = "log.dirs=" + ",".join(roots)
     lines = "".join(json.dumps({"value": f"v{i}", "partition": i % 2}) + "\n" for i in range(4)).encode()
     assert run(capsys, "topics", root, "--create", "--topic", "m", "--partitions", "2")[0] == 0
     assert main(["produce", root, "--topic", "m"], stdin=io.BytesIO(lines)) == 0
@@ -179,12 +194,12 @@ def test_memory_log_dirs_and_the_cli(capsys):
 
 
 def test_deleting_a_topic_spread_over_dirs(capsys, dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("t", 4, {"file.delete.delay.ms": "10"})
     where = placed(dirs)
     with lm.open_log(TopicPartition("t", 3), writable=True) as log:
         log.append(kp_batch([(NOW, b"k", b"v", [])]))
-    rc, out, err = run(capsys, "topics", ",".join(dirs), "--delete", "--topic", "t")
+    rc, out, err = run(capsys, "topics", "log.dirs=" + ",".join(dirs), "--delete", "--topic", "t")
     assert rc == 0, err
     assert placed(dirs) == {}
     for tp, d in where.items():  # each partition renamed inside its own log dir
@@ -196,7 +211,7 @@ def test_deleting_a_topic_spread_over_dirs(capsys, dirs):
 
 
 def test_retention_with_several_dirs_writes_the_holders_checkpoint(dirs):
-    lm = LogManager(",".join(dirs))
+    lm = LogManager("log.dirs=" + ",".join(dirs))
     lm.create_topic("pad", 1)  # so the retained topic's partition lands in the second dir
     lm.create_topic("t", 1, {"retention.ms": "1000"})
     tp = TopicPartition("t", 0)

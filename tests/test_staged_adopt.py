@@ -142,7 +142,7 @@ def test_kill_in_the_middle_of_an_adoption_recovers_and_replays_once(root, after
 
 def test_staging_goes_to_each_partitions_log_dir(tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    lm = LogManager(f"{a},{b}")
+    lm = LogManager([a, b])
     lm.create_topic("t", 2, CONFIG)
     dirs = {p: os.path.dirname(lm.partition_dir(TopicPartition("t", p))) for p in (0, 1)}
     assert set(dirs.values()) == {a, b}  # one partition per log dir
