@@ -26,8 +26,12 @@ class RecordTooLargeError(KafkaLogError):
     """A batch (or its decompressed records) exceeds max.message.bytes."""
 
 
-class InvalidConfigError(KafkaLogError):
-    """An unknown config key, or a value outside what Kafka accepts for it."""
+class InvalidConfigError(KafkaLogError, ValueError):
+    """An unknown config key, or a value outside what Kafka accepts for it (also a ValueError)."""
+
+
+class InvalidRecordError(KafkaLogError, ValueError):
+    """A record the caller gave cannot be written (Kafka's InvalidRecordException; also a ValueError)."""
 
 
 class InvalidTopicError(KafkaLogError):

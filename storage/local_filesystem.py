@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import threading
 import time
@@ -21,6 +22,30 @@ from .filesystem import Appender, Capabilities, FileInfo, FileReader, LogFileSys
 
 
 # ---------------------------------------------------------------- local disk
+
+
+def _os_errors(fn):
+    """OSErrors of a local-disk call become KafkaStorageError naming the file (ELOOP, EIO, EACCES, a
+    directory where a file should be, ...). FileNotFoundError stays as it is: callers handle a file
+    that vanished between a listing and an open as the expected race it is."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except (FileNotFoundError, FileExistsError, KafkaStorageError):
+            raise
+        except OSError as e:
+            path = e.filename or (args[0] if args else getattr(self, "path", getattr(self, "_path", "?")))
+            raise KafkaStorageError(f"{fn.__name__.strip('_')} {path}: {e.strerror or e}") from e
+
+    return wrapper
+
+
+def _wrap_methods(cls, names):
+    for name in names:
+        setattr(cls, name, _os_errors(getattr(cls, name)))
+    return cls
 
 
 class _LocalReader(FileReader):
@@ -379,3 +404,10 @@ class MemoryFileSystem(LogFileSystem):
             yield
         finally:
             lk.release()
+
+
+_wrap_methods(_LocalReader, ("__init__", "size", "read"))
+_wrap_methods(_LocalAppender, ("write", "flush", "truncate"))
+_wrap_methods(LocalFileSystem, ("isdir", "listdir", "size", "modified_times", "read", "modified_ms", "open_reader",
+                                "touch", "write_atomic", "create_exclusive", "write_at", "truncate", "rename",
+                                "delete", "delete_dir", "mkdirs", "sync_dir"))

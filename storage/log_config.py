@@ -17,6 +17,10 @@ from typing import Any, ClassVar, Iterable, Mapping
 
 from .errors import InvalidConfigError
 
+# the smallest RecordBatch v2: its 61-byte header and one record with null key and value (the same as
+# records.record_batch.MIN_BATCH_BYTES, which is not imported here: it would load numba for config checks)
+MIN_BATCH_BYTES = 68
+
 INT_MAX = 2**31 - 1
 INT_MIN = -(2**31)
 LONG_MAX = 2**63 - 1
@@ -154,7 +158,9 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("index.interval.bytes", "int", 4096, Range(0), "Log bytes between offset-index entries."),
     _k("max.compaction.lag.ms", "long", LONG_MAX, Range(1),
        "Longest a record may stay uncompacted before its log is cleaned regardless of dirty ratio."),
-    _k("max.message.bytes", "int", 1048588, Range(0), "Largest record batch accepted (after compression)."),
+    _k("max.message.bytes", "int", 1048588, Range(MIN_BATCH_BYTES),
+       "Largest record batch accepted (after compression); also the bound on its decompressed records. At least "
+       "68, the smallest batch (Kafka accepts 0, with which nothing can be appended)."),
     _k("message.downconversion.enable", "boolean", True, None,
        "Kafka 3.x fetch down-conversion switch; accepted for compatibility, no effect here."),
     _k("message.timestamp.after.max.ms", "long", LONG_MAX, Range(0),

@@ -370,7 +370,11 @@ class LogSegment:
         a batch fails its checks. A partial batch at the end of the active segment is a tail still
         being written (or a torn one); damage before the last batch is left to the reads that reach it."""
         good_last, tail = None, None  # the last offset known good; the last chunk's last batch
-        start = self.offset_index.last_offset if self.offset_index.entries else self.base_offset
+        try:
+            start = self.offset_index.last_offset if self.offset_index.entries else self.base_offset
+        except CorruptIndexError as e:
+            self._distrust_index(str(e))
+            start = self.base_offset
         try:
             for chunk in self.checked_chunks(start, upper=upper):
                 if tail is not None:

@@ -104,7 +104,7 @@ def test_typed_values_are_accepted():
     {"segment.index.bytes": "4"}, {"retention.ms": "0"}, {"retention.ms": "-1"},
     {"retention.bytes": "0"}, {"retention.bytes": "-5"}, {"delete.retention.ms": "0"},
     {"file.delete.delay.ms": "0"}, {"min.compaction.lag.ms": "0"}, {"max.compaction.lag.ms": "1"},
-    {"segment.jitter.ms": "0"}, {"flush.ms": "0"}, {"flush.messages": "1"}, {"max.message.bytes": "0"},
+    {"segment.jitter.ms": "0"}, {"flush.ms": "0"}, {"flush.messages": "1"}, {"max.message.bytes": "68"},
     {"min.cleanable.dirty.ratio": "0"}, {"min.cleanable.dirty.ratio": "1"}, {"cleanup.policy": ""},
     {"compression.gzip.level": "-1"}, {"compression.gzip.level": "9"}, {"compression.zstd.level": "-131072"},
     {"segment.bytes": str(2**31 - 1)}, {"retention.ms": str(LONG_MAX)},
@@ -122,6 +122,7 @@ def test_empty_cleanup_policy_means_neither():
 
 @pytest.mark.parametrize("name,value,rule", [
     ("segment.bytes", "13", "at least 14"),
+    ("max.message.bytes", "0", "at least 68"),  # Kafka takes 0, and then no batch can be appended
     ("segment.ms", "0", "at least 1"),
     ("segment.index.bytes", "3", "at least 4"),
     ("index.interval.bytes", "-1", "at least 0"),
@@ -242,3 +243,13 @@ def test_parse_config_pairs():
     with pytest.raises(InvalidConfigError, match="empty"):
         parse_config_pairs(["=5"])
     assert LogConfig.from_dict(parse_config_pairs(["segment.bytes=100"])).segment_bytes == 100
+
+
+def test_the_smallest_batch_is_what_the_config_floor_says():
+    from storage.log_config import MIN_BATCH_BYTES as floor
+    from storage.records.builder import build_records
+    from storage.records.record_batch import MIN_BATCH_BYTES
+
+    import pyarrow as pa
+    smallest = build_records(pa.table({"key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary())}))
+    assert floor == MIN_BATCH_BYTES == len(smallest)

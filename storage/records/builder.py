@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import RecordTooLargeError
+from ..errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import compress_many
 from .record_batch import (
@@ -24,6 +24,7 @@ from .record_batch import (
     HEADER_DTYPE,
     LOG_OVERHEAD,
     MAGIC_V2,
+    MIN_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     SCAN_OK,
@@ -144,7 +145,7 @@ def _headers(arr: pa.Array | None, n: int):
         try:  # header keys are Java Strings: their bytes must be UTF-8
             pc.cast(key, pa.large_string())
         except pa.ArrowInvalid:
-            raise ValueError("header keys must be valid UTF-8") from None
+            raise InvalidRecordError("header keys must be valid UTF-8") from None
     hk = _binary_parts(key, "headers.key")
     hv = _binary_parts(child.field("value"), "headers.value")
     struct_valid = _validity(child, len(child))
@@ -159,7 +160,7 @@ def _prepare(table, now_ms):
     n = table.num_rows
     value = _column(table, "value")
     if value is None:
-        raise ValueError("records need a 'value' column (binary or string; null for a tombstone)")
+        raise InvalidRecordError("records need a 'value' column (binary or string; null for a tombstone)")
     key = _column(table, "key")
     vparts = _binary_parts(value, "value")
     kparts = _binary_parts(key, "key") if key is not None else (
@@ -175,7 +176,7 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     compression = CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
     timestamp_type = TimestampType(timestamp_type)
     if is_transactional and producer_id == -1:
-        raise ValueError("transactional batches need a producer id")
+        raise InvalidRecordError("transactional batches need a producer id")
     if now_ms is None:
         now_ms = int(time.time() * 1000)
     n, ts, (ks, kl, kd), (vs, vl, vd), (hstart, hcount, (hks, hkl, hkd), (hvs, hvl, hvd)) = _prepare(table, now_ms)
@@ -186,7 +187,7 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     body, rec_bytes, bounds, nb, err, row = K.plan_batches(ts, kl, vl, hstart, hcount, hkl, hvl, use_fixed, fixed_base,
                                                 max_batch_bytes, split, RECORD_BATCH_OVERHEAD)
     if err == K.P_NULL_HEADER_KEY:
-        raise ValueError(f"row {row}: header keys cannot be null")
+        raise InvalidRecordError(f"row {row}: header keys cannot be null")
     if err == K.P_TOO_LARGE:
         raise RecordTooLargeError(f"row {row}: the record alone exceeds the batch limit of {max_batch_bytes} bytes")
     if err == K.P_BATCH_TOO_LARGE:
@@ -202,9 +203,9 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     attributes = int(compression) | (TIMESTAMP_TYPE_MASK if timestamp_type is TimestampType.LOG_APPEND_TIME else 0) \
         | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0) | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
     if not 0 <= base_offset <= 2**63 - n:
-        raise ValueError(f"base_offset {base_offset} out of range for {n} records")
+        raise InvalidRecordError(f"base_offset {base_offset} out of range for {n} records")
     if not -1 <= base_sequence <= 0x7FFFFFFF:
-        raise ValueError(f"base_sequence {base_sequence} out of range")
+        raise InvalidRecordError(f"base_sequence {base_sequence} out of range")
     heads = np.zeros(nb, HEADER_DTYPE)  # all 61-byte headers at once; the CRC is filled in last
     try:
         heads["base_offset"] = base_offset + bounds[:-1]
@@ -220,7 +221,7 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
         heads["base_sequence"] = -1 if base_sequence == -1 else (base_sequence + bounds[:-1]) & 0x7FFFFFFF
         heads["record_count"] = counts
     except OverflowError as exc:
-        raise ValueError(f"batch header field out of range: {exc}") from None
+        raise InvalidRecordError(f"batch header field out of range: {exc}") from None
     head_bytes = heads.view(np.uint8).reshape(nb, RECORD_BATCH_OVERHEAD)
 
     args = (body, ts, use_fixed, fixed_base, ks, kl, kd, vs, vl, vd, hstart, hcount, hks, hkl, hkd, hvs, hvl, hvd)
@@ -282,8 +283,9 @@ def encode_records(table, *, compression=CompressionType.NONE, base_offset=0,
                    max_batch_bytes=DEFAULT_MAX_BATCH_BYTES) -> tuple[np.ndarray, BatchScan]:
     """build_records without the copy to bytes: the encoded buffer (a writable uint8 array) and its
     BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs."""
-    if max_batch_bytes < RECORD_BATCH_OVERHEAD:
-        raise ValueError(f"max_batch_bytes {max_batch_bytes} is below the batch header size {RECORD_BATCH_OVERHEAD}")
+    if max_batch_bytes < MIN_BATCH_BYTES:
+        raise InvalidConfigError(f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "
+                                 f"(a {RECORD_BATCH_OVERHEAD}-byte header and one empty record)")
     return _encode(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
                    producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
                    partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,

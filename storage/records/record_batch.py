@@ -21,6 +21,7 @@ from ..errors import CorruptRecordError
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
 RECORD_BATCH_OVERHEAD = 61
+MIN_BATCH_BYTES = RECORD_BATCH_OVERHEAD + 7  # a header and one record with null key and value, no headers
 BASE_OFFSET_OFFSET = 0
 LENGTH_OFFSET = 8
 PARTITION_LEADER_EPOCH_OFFSET = 12
