@@ -226,16 +226,18 @@ class _Progress:
 
 def run_once(root: str, *, topics: list[str] | None = None, now_ms: int | None = None,
              storage_options: dict | None = None, cleaner_settings: dict | None = None,
-             out: TextIO | None = None, spark=None, fs=None) -> list[PartitionReport]:
+             out: TextIO | None = None, spark=None, fs=None, clock=None) -> list[PartitionReport]:
     """One pass over every partition (of `topics`, if given), then the root's duties. With `spark`,
-    partitions are spread over its executors, one task each."""
+    partitions are spread over its executors, one task each. `clock` (ms) is what the object-store
+    lease runs on: by default now_ms plus the time the pass has taken (tests give a clock of their own)."""
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     cc = CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
     lm = LogManager(root, storage_options, fs=fs)
     lease = None
     if not lm.fs.capabilities.locks:  # object store: one job per log dir, by a create-only lease
-        started = time.monotonic()  # the lease runs on the pass's clock (now_ms onwards)
-        clock = (lambda: now + int((time.monotonic() - started) * 1000))
+        if clock is None:
+            started = time.monotonic()
+            clock = (lambda: now + int((time.monotonic() - started) * 1000))
         lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=cc.lease_ttl_ms, clock=clock).acquire()
     try:
         with (lease.keep_alive() if lease is not None else contextlib.nullcontext()):

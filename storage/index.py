@@ -78,7 +78,10 @@ class AbstractIndex:
         if start_slot >= self._loaded_from:
             return
         if self._reader is None:
-            self._reader = self.fs.open_reader(self.path)
+            try:
+                self._reader = self.fs.open_reader(self.path)
+            except FileNotFoundError:  # removed or renamed since it was listed: an index is only a hint
+                raise CorruptIndexError(f"index file {self.fs.url(self.path)} is gone") from None
         raw = self._reader.read(start_slot * self.entry_size, self._loaded_from * self.entry_size)
         if len(raw) != (self._loaded_from - start_slot) * self.entry_size:
             raise CorruptIndexError(f"index file {self.fs.url(self.path)} shrank while being read")

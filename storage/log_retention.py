@@ -20,7 +20,9 @@ from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment
 from .segment_swap import copy_if_present
-from .topic_partition import DELETED_FILE_SUFFIX, TopicPartition, parse_log_dir_name, parse_segment_file
+from .topic_partition import (
+    DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, TopicPartition, parse_log_dir_name, parse_segment_file,
+)
 
 REASON_LOG_START_OFFSET = "log-start-offset"
 REASON_RETENTION_BYTES = "retention.bytes"
@@ -215,8 +217,12 @@ def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
     `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
     now = _now() if now_ms is None else now_ms
     # one scandir locally, one fresh LIST on object stores (where the deletes are batched too)
-    due = sorted(n for n, t in fs.modified_times(dir).items() if now - t >= delay_ms
-                 and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX)
+    times = fs.modified_times(dir)
+    swaps = [p.base_offset for p in map(parse_segment_file, times) if p is not None and p.extra == SWAP_FILE_SUFFIX]
+    keep_from = min(swaps, default=None)  # an unfinished swap may still need the originals it moved
+    due = sorted(n for n, t in times.items() if now - t >= delay_ms
+                 and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX
+                 and (keep_from is None or p.base_offset < keep_from))
     fs.delete_many([fs.join(dir, n) for n in due])
     return due
 

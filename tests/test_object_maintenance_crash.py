@@ -158,13 +158,13 @@ def test_a_crash_at_every_object_operation_leaves_old_or_new_per_group(workload)
         with lm.open_log(TP, writable=True) as log:
             log.append(kp_batch(recs))
     interval = int(config["index.interval.bytes"])
-    now = int(time.time() * 1000) + 10_000
+    now = int(time.time() * 1000) + 10_000  # every pass runs on a fixed clock: the lease never races real time
     old = read_records(root0)
 
     # a healthy run: the "new" records, and the ranges the job rewrites
     ref_root = copy_root(root0)
     ref_fs = FaultyStore()
-    reps = run_once(ref_root, fs=ref_fs, now_ms=now, cleaner_settings=SETTINGS)
+    reps = run_once(ref_root, fs=ref_fs, now_ms=now, cleaner_settings=SETTINGS, clock=lambda: now)
     assert not reps[0].errors
     new = read_records(ref_root)
     assert new != old or workload == "merge"
@@ -183,20 +183,22 @@ def test_a_crash_at_every_object_operation_leaves_old_or_new_per_group(workload)
     total = len(ref_fs.ops)
     assert total > 10
     append_after(ref_root)  # the same writer's append and next pass, after a healthy run
-    assert not run_once(ref_root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS)[0].errors
+    assert not run_once(ref_root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS,
+                        clock=lambda: now + 5_000)[0].errors
     final_new = read_records(ref_root)
     final_new_all = old + [final_new[-1]]
 
     for k in range(total):
         root = copy_root(root0)
         with pytest.raises(Crash):
-            run_once(root, fs=FaultyStore(crash_at=k), now_ms=now, cleaner_settings=SETTINGS)
+            run_once(root, fs=FaultyStore(crash_at=k), now_ms=now, cleaner_settings=SETTINGS, clock=lambda: now)
         got = read_records(root)  # a reader right after the crash
         assert len({r[0] for r in got}) == len(got), k
         assert old_or_new(got, old, new, groups), (k, got)
         assert append_after(root) == old[-1][0] + 1  # a writer goes on at the log end, swap pending or not
         # the next job (the crashed one's lease and swaps are abandoned by then) completes or redoes it
-        reps = run_once(root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS)
+        reps = run_once(root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS,
+                        clock=lambda: now + 5_000)
         assert not reps[0].errors, (k, reps[0].errors)
         final = read_records(root)
         if workload == "retention":  # retention.bytes counts the appended record too: a suffix, at least as short

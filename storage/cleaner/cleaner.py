@@ -221,7 +221,11 @@ class Cleaner:
         self._check_no_swap(log)
         candidates = [s for s in log.segments if s.base_offset < first_uncleanable_offset
                       and s is not log.active_segment]
-        mtimes = {id(s): log.fs.modified_ms(s.log_path) for s in candidates}
+        try:
+            mtimes = {id(s): log.fs.modified_ms(s.log_path) for s in candidates}
+        except FileNotFoundError as e:  # retention or another job moved a segment since the log was opened
+            raise CleaningAbortedError(f"{log.tp}: a segment changed while the cleaning began ({e}); giving up "
+                                       f"this round") from None
         omap = SkimpyOffsetMap(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor,
                                base_offset=first_dirty_offset)
         end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
