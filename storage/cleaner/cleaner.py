@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _cleaner_kernels as K
-from .cleaner_batches import empty_batch, framing_error, record_areas, rewritten_batches
+from .cleaner_batches import bounded_chunks, empty_batch, framing_error, record_areas, rewritten_batches
 from ..errors import InvalidConfigError, KafkaStorageError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
@@ -290,7 +290,7 @@ class Cleaner:
         found = seg.translate_offset(start) if seg.base_offset < start else (None, 0)
         if found is None:
             return
-        for chunk in seg.iter_chunks(found[1]):
+        for chunk in bounded_chunks(seg.iter_chunks(found[1]), log.max_batch_size):
             self._validate(chunk, res)
             scan = chunk.scan
             bases = scan.headers["base_offset"].astype(np.int64)
@@ -362,7 +362,7 @@ class Cleaner:
         st = _SourceStats(seg)
         self._check_unchanged(rnd.log, seg, rnd.mtimes)
         try:
-            for chunk in seg.iter_chunks(0):
+            for chunk in bounded_chunks(seg.iter_chunks(0), rnd.log.max_batch_size):
                 self._validate(chunk, rnd.res)
                 st.last_header = chunk.scan.headers[-1:].copy()
                 buf, scan = self._filter_chunk(rnd, chunk, st)

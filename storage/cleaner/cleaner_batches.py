@@ -10,11 +10,32 @@ from ..errors import CorruptRecordError
 from ..records import record_batch as rb
 from ..records._record_kernels import MIN_RECORD_BYTES
 from ..records.compression import compress_many, decompress_many
-from ..records.decoder import ERROR_MESSAGES
+from ..file_records import select_batches
+from ..records.decoder import DECODE_BUDGET_BYTES, ERROR_MESSAGES
 from ..records.record_batch import CompressionType, as_uint8
 
 _KEEP_ON_EMPTY = rb.TIMESTAMP_TYPE_MASK | rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
 _HEADER_TAIL = slice(rb.ATTRIBUTES_OFFSET, rb.RECORD_BATCH_OVERHEAD)
+
+
+def bounded_chunks(chunks, max_batch_size: int, budget: int = DECODE_BUDGET_BYTES):
+    """The chunks, each cut into runs of batches whose record areas, decompressed, hold at most `budget`
+    bytes (a compressed batch counted at max.message.bytes, its bound), plus one batch: what the
+    cleaner's passes decompress at once stays bounded whatever the batches expand to."""
+    for chunk in chunks:
+        scan = chunk.scan
+        codecs = scan.headers["attributes"].astype(np.int64) & rb.COMPRESSION_CODEC_MASK
+        cost = np.where(codecs == 0, scan.sizes, max_batch_size)
+        if int(cost.sum()) <= budget:
+            yield chunk
+            continue
+        first, total = 0, 0
+        for i, c in enumerate(cost.tolist()):  # per batch, only for chunks over the budget
+            if total and total + c > budget:
+                yield select_batches(chunk, first, i)
+                first, total = i, 0
+            total += c
+        yield select_batches(chunk, first, len(scan))
 
 
 def record_areas(chunk, idx: np.ndarray, max_bytes: int):
