@@ -143,6 +143,8 @@ class LogSegment:
     def _entry_for(self, offset: int) -> tuple[int, int | None]:
         """(position, entry offset) of the offset index's largest entry <= offset; (0, None) when there
         is none or the index cannot be read. Only a hint: callers check the batch found there."""
+        if not self._size:
+            return 0, None  # nothing to read (a writer may delete an empty active segment at any time)
         if self._reader is None:
             self.open_readers()  # the index read is then the one that belongs with the .log being read
         try:
@@ -279,7 +281,7 @@ class LogSegment:
         return None
 
     def _time_index_lookup(self, timestamp: int) -> TimestampOffset:
-        if self._reader is None:
+        if self._reader is None and self._size:
             self.open_readers()
         try:
             entry = self.time_index.lookup(timestamp)

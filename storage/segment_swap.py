@@ -123,10 +123,9 @@ class LocalSwapPlan:
 
 def plan_local_swaps(fs: LogFileSystem, dir: str, files, segment_kwargs: dict) -> LocalSwapPlan:
     """Check every `<base>.log.swap` of a directory (check_swap) and decide what it replaces: exactly the
-    live segments whose offsets lie inside its own [base, last offset], never a later one (a live
-    segment reaching past its last offset makes the swap suspect). A damaged or suspect swap replaces
-    nothing; the originals it had already renamed to `.deleted` (a crash in the middle of the swap)
-    are brought back, when they hold whole batches that overlap no live segment."""
+    live segments that begin inside its own [base, last offset], never a later one. A damaged swap
+    replaces nothing; the originals it had already renamed to `.deleted` (a crash in the middle of the
+    swap) are brought back, when they hold whole batches that overlap no live segment."""
     names = {f.name: f.size for f in files if not f.is_dir}
     live: dict[int, int] = {}
     swaps, deleted = [], []
@@ -160,12 +159,9 @@ def plan_local_swaps(fs: LogFileSystem, dir: str, files, segment_kwargs: dict) -
             b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)], index_size=0, time_index_size=0, **segment_kwargs)
         try:
             last = check_swap(seg)
-            covered = sorted(x for x in live if b <= x <= last)
-            for x in covered:
-                if live_range(x)[1] > last:
-                    raise CorruptRecordError(f"the swap ends at offset {last} but replaces segment {x}, which "
-                                             f"reaches offset {live_range(x)[1]}", source=seg.source)
-            plan.installs.append((b, last, covered))
+            # a cleaned group may end before the last offset of its last source (its tail was compacted
+            # away): the sources are the live segments that begin inside the swap's range
+            plan.installs.append((b, last, sorted(x for x in live if b <= x <= last)))
         except CorruptRecordError as e:
             plan.damaged.append((b, e))
     if plan.damaged:

@@ -24,3 +24,9 @@ def any_root(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "logs")
     return f"memory://kl-{uuid.uuid4().hex}"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--soak", type=float, default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
+                     metavar="SECONDS", help="run the soak tests for this long (tests/test_soak.py; also "
+                     "KAFKALOG_SOAK_SECONDS)")
