@@ -20,7 +20,6 @@ from kafkalog_ds.consume import consume
 from kafkalog_ds.maintenance import run_once
 from storage.errors import CorruptRecordError
 from storage.log_manager import LogManager
-from storage.topic_partition import TopicPartition
 
 KEYS = 37
 
