@@ -24,3 +24,12 @@ def any_root(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "logs")
     return f"memory://kl-{uuid.uuid4().hex}"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run the long mutation fuzzer (tests/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fuzz_long: the long mutation-fuzzer run (--fuzz-long or KAFKALOG_FUZZ_LONG=1)")
