@@ -3,7 +3,7 @@ each in a child process under a memory cap and a timeout, every outcome checked 
 that reads the bytes without the engine.
 
 Quick mode (the default suite, about a minute on 2 cores): the unmutated corpus through all six
-operations, the compression bomb through `read` and `consume`, and 30 mutants of each of 6 fixed
+operations, the compression bomb through `read` and `consume`, and 70 mutants of each of 6 fixed
 seeds (no bomb mutants). Long mode (`pytest tests/test_fuzz.py --fuzz-long`, or
 KAFKALOG_FUZZ_LONG=1): the bomb through all six operations and 10 seeds x 300 mutants, one in 100 a
 bomb mutant.
@@ -26,7 +26,7 @@ from tests.fuzz.reference import Rec, partition_views
 from tests.fuzz.runner import FAILURES, Corpus, Runner, classify_read, summary_table
 
 QUICK_SEEDS = [101, 102, 103, 104, 105, 106]
-QUICK_MUTANTS = 30
+QUICK_MUTANTS = 70
 QUICK_BOMB_OPS = ["read", "consume"]
 LONG_SEEDS = list(range(1, 11))
 LONG_MUTANTS = 300

@@ -616,9 +616,12 @@ class Stop:
     kind: str  # "torn" (partial batch at the end of the last segment) or "corrupt"
     reason: str
     batch_base_offset: int | None = None  # header baseOffset of the batch at fault, if framed
-    # "batch": framing, header, CRC or offsets (what recovery validates: DESIGN "CRC, offsets
-    # monotonic, sizes"); "records": only the record area behind a valid CRC is bad (Kafka's
-    # LogSegment.recover does not decompress or parse records, so it keeps such a batch)
+    # "batch": decidable from the framing, the 61-byte header, the CRC and the offsets (magic, codec
+    # id, lastOffsetDelta/recordCount, offset order): recovery must cut there (DESIGN: "CRC, offsets
+    # monotonic, sizes"; the engine's readers reject these from the header alone, so a log kept with
+    # one cannot be read past it). "records": only the record area behind a valid CRC is bad; finding
+    # it means inflating and parsing records, which Kafka's LogSegment.recover does not do either, so
+    # recovery may keep such a batch (it is reported when read).
     level: str = "batch"
 
 
@@ -631,14 +634,16 @@ class View:
     log_start: int
     segments: list  # list[Segment] this view reads
     notes: list = field(default_factory=list)
+    reader_only: bool = False  # a view readers may serve but a writer's recovery may not leave
 
     def offsets(self):
         return [r.offset for r in self.records]
 
 
 def walk_segment(seg: Segment, next_base: int | None, prev_last: int, max_bytes: int, *, is_last: bool,
-                 data: bytes | None = None, cross_check: bool = True):
-    """Validate one segment's batches in order. Returns (batches, prev_last, stop or None)."""
+                 data: bytes | None = None, cross_check: bool = True, recovery: bool = False):
+    """Validate one segment's batches in order. Returns (batches, prev_last, stop or None).
+    recovery=True: what a loader's recovery checks (batch level only; see Stop.level)."""
     if data is None:
         with open(seg.path, "rb") as f:
             data = f.read()
@@ -681,7 +686,7 @@ def walk_segment(seg: Segment, next_base: int | None, prev_last: int, max_bytes:
         elif b.record_count < 0 or b.record_count > b.last_offset_delta + 1:
             why = f"recordCount {b.record_count} (lastOffsetDelta {b.last_offset_delta})"
         level = "batch"
-        if not why and (b.structure_error or b.semantic_error):
+        if not why and (b.structure_error or b.semantic_error) and not recovery:
             why = f"records: {b.structure_error or b.semantic_error}"
             level = "records"
         if why:
@@ -746,12 +751,18 @@ def _view_of(name: str, segments: list[Segment], max_bytes: int, log_start_ckpt:
 
 
 def partition_views(root: str, topic: str, partition: int = 0) -> list[View]:
-    """The views a correct engine may serve for this partition: one, or two when a `.log.swap` is
-    present: the log without the swap (rolled back or not yet applied) and the log after Kafka's
-    swap completion: the swap recovered (cut at its first invalid byte), then replacing the segments
-    whose base offset lies in [swap base, next offset after the swap's last valid batch).
+    """The views a correct engine may serve for this partition. One, unless a `.log.swap` is present:
 
-    Decision: a swap whose recovered content is empty gives no second view (Kafka would rename it
+    - "log": the segments without the swap (rolled back, or not applied yet);
+    - "post-swap": Kafka's completion: the swap recovered like any segment by a loader (cut at its
+      first batch-level fault; record-level damage behind a valid CRC is kept, see Stop.level),
+      replacing the segments whose base offset lies in [swap base, next offset after the swap's last
+      kept batch);
+    - "swap-as-is" (reader_only): a reader that applies the swap in memory without recovering it,
+      replacing the segments in [swap base, next offset after its last framed batch). Writers must
+      recover a swap, so this view does not count for them.
+
+    Decision: a swap whose recovered content is empty gives no post-swap view (Kafka would rename it
     over the segment at its base offset and lose that segment; we do not accept that as correct)."""
     d = os.path.join(root, f"{topic}-{partition}")
     max_bytes = max_message_bytes(root, topic)
@@ -762,24 +773,46 @@ def partition_views(root: str, topic: str, partition: int = 0) -> list[View]:
     for n in swaps:
         sbase = int(n[:20])
         sp = os.path.join(d, n)
-        sseg = Segment(sp, sbase, os.path.getsize(sp))
+        with open(sp, "rb") as f:
+            swap_data = f.read()
+        sseg = Segment(sp, sbase, len(swap_data))
         # recover the swap on its own: offsets above its base, no upper bound
-        sb, _, sstop = walk_segment(sseg, None, -1, max_bytes, is_last=True)
+        sb, _, sstop = walk_segment(sseg, None, -1, max_bytes, is_last=True, data=swap_data, recovery=True)
         if not sb:
             views[0].notes.append(f"{n}: no valid batch, no post-swap view")
-            continue
-        swap_end = sb[-1].last_offset + 1
-        keep = [s for s in segments if not (sbase <= s.base_offset < swap_end)]
-        valid_len = sb[-1].position + sb[-1].size
-        with open(sp, "rb") as f:
-            swap_bytes = f.read()[:valid_len]
-        new_seg = Segment(sp, sbase, valid_len)
-        segs = sorted(keep + [new_seg], key=lambda s: s.base_offset)
-        v = _view_of("post-swap", segs, max_bytes, ckpt, overrides={sp: swap_bytes})
-        if sstop is not None:
-            v.notes.append(f"swap recovered: cut at {sstop.position}: {sstop.reason}")
-        views.append(v)
+        else:
+            swap_end = sb[-1].last_offset + 1
+            keep = [s for s in segments if not (sbase <= s.base_offset < swap_end)]
+            valid_len = sb[-1].position + sb[-1].size
+            new_seg = Segment(sp, sbase, valid_len)
+            segs = sorted(keep + [new_seg], key=lambda s: s.base_offset)
+            v = _view_of("post-swap", segs, max_bytes, ckpt, overrides={sp: swap_data[:valid_len]})
+            if sstop is not None:
+                v.notes.append(f"swap recovered: cut at {sstop.position}: {sstop.reason}")
+            views.append(v)
+        if sstop is not None:  # the unrecovered swap differs from the recovered one
+            framed = [p for p in _framed(swap_data)]
+            if framed:
+                last_pos, last_size = framed[-1]
+                base, lod = struct.unpack_from(">q", swap_data, last_pos)[0], struct.unpack_from(">i", swap_data, last_pos + 23)[0]
+                raw_end = base + lod + 1
+                keep = [s for s in segments if not (sbase <= s.base_offset < raw_end)]
+                segs = sorted(keep + [Segment(sp, sbase, len(swap_data))], key=lambda s: s.base_offset)
+                v = _view_of("swap-as-is", segs, max_bytes, ckpt, overrides={sp: swap_data})
+                v.reader_only = True
+                views.append(v)
     return views
+
+
+def _framed(data: bytes):
+    """(position, size) of each batch framing finds (batchLength sane and inside the data)."""
+    pos = 0
+    while len(data) - pos >= HEADER_SIZE:
+        blen = struct.unpack_from(">i", data, pos + 8)[0]
+        if blen < MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + blen > len(data):
+            return
+        yield pos, LOG_OVERHEAD + blen
+        pos += LOG_OVERHEAD + blen
 
 
 # ---------------------------------------------------------------- dump-log's per-file view

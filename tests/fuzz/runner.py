@@ -310,10 +310,13 @@ def compare(expected: list, got: list):
         e, g = expected[i], got[i]
         if e.offset != g[0]:
             exp_offsets = {r.offset for r in expected}
+            served_before = {x[0] for x in got[:i]}
             if g[0] in exp_offsets and g[0] > e.offset:
                 det = f"records missing from offset {e.offset} (the next one served is {g[0]})"
+            elif g[0] in served_before:
+                det = f"offset {g[0]} served twice (where {e.offset} was expected)"
             elif g[0] < e.offset:
-                det = f"offset {g[0]} served again / out of order where {e.offset} was expected"
+                det = f"offset {g[0]} served out of order, or not in the valid prefix (where {e.offset} was expected)"
             else:
                 det = f"offset {g[0]} served where {e.offset} was expected (not in the valid prefix)"
             return "differ", e.offset, det + f"; expected {e.preview}, got {g[2]}"
@@ -720,14 +723,16 @@ class Runner:
         oracle_desc = "; ".join(view_summary(v) for v in views)
         base = dict(seed=seed, k=k, target=topic, family=family, mutation=desc, oracle=oracle_desc,
                     bomb_every=self.bomb_every)
-        v0 = views[0]
-        mid = v0.records[len(v0.records) // 2].offset if v0.records else v0.log_start
+        # the middle of the shortest valid prefix over the views: no view has damage before it
+        mids = [v.records[len(v.records) // 2].offset for v in views if v.records]
+        mid = min(mids) if mids else views[0].log_start
         outcomes = []
         before = snapshot(part_a)
         for op in ops:
             if op in ("recover_ckpt", "recover_full"):
                 root = root_e if op == "recover_ckpt" else root_f
-                out = self._recover(op, root, topic, tgt, views, root_a, base)
+                out = self._recover(op, root, topic, tgt, [v for v in views if not v.reader_only] or views[:1],
+                                    root_a, base)
             else:
                 out = self._read_like(op, root_a, topic, files, views, dviews, mid, base)
                 after = snapshot(part_a)
@@ -824,11 +829,12 @@ class Runner:
                     break
             if pair:
                 break
-        if pair is None:
-            P, Q = pre_views[0], post_views[0]
+        if pair is None:  # describe it against the closest pair of views
+            P, Q = max(((p, q) for p in pre_views for q in post_views),
+                       key=lambda pq: _common_prefix(pq[0].records, [(r.offset, r.digest) for r in pq[1].records]))
             rel, first, det = compare(P.records, [(r.offset, r.digest, r.preview) for r in Q.records])
-            verdicts.append(("LOST", f"after opening for writing: {det} (post-session oracle: {view_summary(Q)})", first))
-            P = pre_views[0]
+            verdicts.append(("LOST", f"after opening for writing: {det} (before: {view_summary(P)}; "
+                                     f"post-session oracle: {view_summary(Q)})", first))
         else:
             P, Q = pair
         # 2. the appended record: no reused offset; readable when recovery had to cut the damage
