@@ -853,10 +853,13 @@ class Runner:
                 verdicts.append(("ERROR_OK", f"{write_exc['stage']} raised a project error", None))
         if appended:
             x = appended["first"]
-            if x < P.end_offset:
+            must_read = self._append_must_be_readable(op, root_a, topic, P)
+            # reused: the offset of a record of the valid prefix, or (where recovery had to cut the
+            # damage, so the log end is the valid prefix's end) inside the last valid batch's range
+            last_rec = P.records[-1].offset if P.records else -1
+            if x <= last_rec or (must_read and x < P.end_offset):
                 verdicts.append(("SILENT_WRONG", f"the append got offset {x}, below the valid prefix's end "
                                                  f"{P.end_offset}: an offset is reused", x))
-            must_read = self._append_must_be_readable(op, root_a, topic, P)
             in_q = [r for r in Q.records if r.offset == x and r.digest == app_digest]
             if in_q and len(Q.records) > len(P.records) + 1:
                 notes.append(f"{len(Q.records) - len(P.records) - 1} record(s) beyond the valid prefix are readable "
