@@ -18,8 +18,14 @@ No test here sleeps or races a clock; the timeout only detects hangs.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
+
+# `tests.fuzz` is imported as a package of the repository root (a bare `pytest` puts only tests/ on sys.path)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 from tests.fuzz import ops as O
 from tests.fuzz.reference import Rec, partition_views

@@ -30,7 +30,6 @@ import os
 import resource
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -203,7 +202,7 @@ def _warm_up() -> None:
 
     import pyarrow as pa
 
-    import kafkalog_ds.cli  # noqa: F401
+    import kafkalog_ds.cli
     import tests.fuzz.reference  # noqa: F401  (record digests in the child)
     from storage.log_manager import LogManager
     from storage.records.builder import build_records

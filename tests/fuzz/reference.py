@@ -29,9 +29,7 @@ Records are kept as digests (`Rec`), so a log of 3 GB of decompressed values cos
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import io
 import json
 import os
 import re
@@ -143,7 +141,7 @@ class Rec:
     preview: str
 
     @staticmethod
-    def make(offset, timestamp, tstype, key, value, headers) -> "Rec":
+    def make(offset, timestamp, tstype, key, value, headers) -> Rec:
         hkeys = tuple(k for k, _ in headers)
         return Rec(offset, timestamp, tstype, record_digest(timestamp, tstype, key, value, headers),
                    -1 if key is None else len(key), -1 if value is None else len(value), hkeys,
@@ -873,15 +871,9 @@ def dump_view(path: str, max_bytes: int = DUMP_MAX_MESSAGE_SIZE) -> DumpFile:
     return out
 
 
-def clean_record_stream(views: list[View]) -> list[tuple[int, str]]:
-    return [(r.offset, r.digest) for r in views[0].records]
-
-
 def view_summary(v: View) -> str:
     s = f"{v.name}: {len(v.records)} records, end offset {v.end_offset}"
     if v.stop:
         s += f", valid prefix stops at {os.path.basename(v.stop.file)} position {v.stop.position} ({v.stop.kind}: {v.stop.reason})"
     return s
 
-
-__all__ = [n for n in dir() if not n.startswith("_")] + ["dataclasses"]

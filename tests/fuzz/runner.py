@@ -65,10 +65,8 @@ from . import mutate as M
 from . import ops as O
 from .reference import (
     TSTYPE_NAMES,
-    OracleError,
     Rec,
     dump_view,
-    list_segments,
     partition_views,
     read_checkpoint,
     record_digest,
@@ -93,7 +91,7 @@ ERR_POS_RE = re.compile(r"\b(position|offset|offsets|byte|bytes at)\s*:?\s*-?\d+
 MEM_RE = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|[Oo]ut of memory|can't start new thread|"
                     r"[Ff]ailed to allocate|ENOMEM")
 TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)|^\w+(\.\w+)*(Error|Exception|Warning)\b",
-                          re.M)
+                          re.MULTILINE)
 
 
 def names_place(msg: str, *, file_only: bool = False) -> bool:
@@ -240,8 +238,7 @@ class DumpParser:
 
     def __call__(self, line: bytes):
         text = line.decode("utf-8", "replace")
-        if text.endswith("\n"):
-            text = text[:-1]
+        text = text.removesuffix("\n")
         if text.startswith("Dumping "):
             self._finish()
             self.cur = {"path": text[8:], "batches": [], "trailing": None, "other": [], "start": None}
@@ -584,7 +581,7 @@ class Corpus:
         self.root = self.manifest["root"]
 
     @staticmethod
-    def build(path: str, *, bomb: bool = True) -> "Corpus":
+    def build(path: str, *, bomb: bool = True) -> Corpus:
         env = dict(os.environ)
         env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "tests.fuzz.corpus", path] + ([] if bomb else ["--no-bomb"])
