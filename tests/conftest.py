@@ -27,6 +27,13 @@ def any_root(request, tmp_path):
 
 
 def pytest_addoption(parser):
+def pytest_addoption(parser):
     parser.addoption("--soak", type=float, default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
                      metavar="SECONDS", help="run the soak tests for this long (tests/test_soak.py; also "
                      "KAFKALOG_SOAK_SECONDS)")
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run the long mutation fuzzer (tests/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fuzz_long: the long mutation-fuzzer run (--fuzz-long or KAFKALOG_FUZZ_LONG=1)")
