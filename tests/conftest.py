@@ -27,7 +27,6 @@ def any_root(request, tmp_path):
 
 
 def pytest_addoption(parser):
-def pytest_addoption(parser):
     parser.addoption("--soak", type=float, default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
                      metavar="SECONDS", help="run the soak tests for this long (tests/test_soak.py; also "
                      "KAFKALOG_SOAK_SECONDS)")
