@@ -325,11 +325,11 @@ class LogLoader:
             is_last = i + 1 == len(segments)
             nxt = None if is_last else segments[i + 1].base_offset
             if seg.needs_rebuild or seg.base_offset >= rp:
-                result = seg.recover(tail_ok=is_last)
+                result = seg.recover(tail_ok=is_last, upper=nxt)
                 (self.report.rebuilt_indexes if seg.needs_rebuild else self.report.recovered_segments).append(
                     seg.base_offset)
             elif nxt is None or nxt > rp:
-                result = seg.recover_from(rp, tail_ok=is_last)
+                result = seg.recover_from(rp, tail_ok=is_last, upper=nxt)
                 self.report.recovered_segments.append(seg.base_offset)
             else:
                 continue

@@ -484,15 +484,16 @@ class LogSegment:
         self._appender = None
 
     # ------------------------------------------------------------------ recovery and truncation
-    def recover(self, *, tail_ok: bool = True) -> RecoveryResult:
-        """Validate every batch, rebuild both indexes, and cut a torn tail (see _recover_range)."""
-        return self._recover_range(0, IndexState(), None, tail_ok, prepare=self._reset_indexes)
+    def recover(self, *, tail_ok: bool = True, upper: int | None = None) -> RecoveryResult:
+        """Validate every batch, rebuild both indexes, and cut a torn tail (see _recover_range). `upper`:
+        the next segment's base offset, which no batch here may reach."""
+        return self._recover_range(0, IndexState(), None, tail_ok, upper, prepare=self._reset_indexes)
 
     def _reset_indexes(self) -> None:
         self.offset_index.reset()
         self.time_index.reset()
 
-    def recover_from(self, offset: int, *, tail_ok: bool = True) -> RecoveryResult:
+    def recover_from(self, offset: int, *, tail_ok: bool = True, upper: int | None = None) -> RecoveryResult:
         """Recover only the batches from `offset` (the recovery point) on; earlier ones were flushed.
 
         Index entries below the recovery point are kept once the one the scan starts from is checked;
@@ -500,7 +501,7 @@ class LogSegment:
         full recovery.
         """
         if offset <= self.base_offset:
-            return self.recover(tail_ok=tail_ok)
+            return self.recover(tail_ok=tail_ok, upper=upper)
         try:
             self.offset_index.sanity_check(self._size)
             self.time_index.sanity_check()
@@ -509,12 +510,12 @@ class LogSegment:
             if entry_offset is not None and not self._starts_batch(end_of_complete, entry_offset):
                 self._distrust_index(f"index entry {entry_offset} -> position {end_of_complete} of "
                                      f"{self.fs.url(self.offset_index.path)} does not point at that batch")
-                return self.recover(tail_ok=tail_ok)
+                return self.recover(tail_ok=tail_ok, upper=upper)
             for chunk in self.iter_chunks(end_of_complete, tail_ok=True):
                 bases = chunk.scan.headers["base_offset"].astype(np.int64)
                 i = int(np.searchsorted(bases, offset, side="left"))
                 if i > 0 and chunk.scan.last_offsets[i - 1] >= offset:
-                    return self.recover(tail_ok=tail_ok)  # the recovery point is inside a batch
+                    return self.recover(tail_ok=tail_ok, upper=upper)  # the recovery point is inside a batch
                 if i < len(chunk.scan):
                     position = chunk.base_position + int(chunk.scan.positions[i])
                     break
@@ -525,11 +526,11 @@ class LogSegment:
             self.time_index.truncate_to(offset)
             state = self._index_state_at(position)
         except (CorruptIndexError, CorruptRecordError):
-            return self.recover(tail_ok=tail_ok)
-        return self._recover_range(position, state, offset, tail_ok, prepare=lambda: None)
+            return self.recover(tail_ok=tail_ok, upper=upper)
+        return self._recover_range(position, state, offset, tail_ok, upper, prepare=lambda: None)
 
-    def _recover_range(self, start: int, state: IndexState, expected_first: int | None, tail_ok: bool, *,
-                       prepare) -> RecoveryResult:
+    def _recover_range(self, start: int, state: IndexState, expected_first: int | None, tail_ok: bool,
+                       upper: int | None, *, prepare) -> RecoveryResult:
         """Validate batches from `start` (CRC, lengths, offsets), then rebuild the index entries after it.
 
         Only a torn tail is cut: a bad batch in the active segment (tail_ok) after which no valid batch
@@ -545,10 +546,10 @@ class LogSegment:
                 try:
                     validate_batches(chunk.buf, chunk.scan, source=self.source, base_position=chunk.base_position,
                                      expected_first_offset=prev_next)
-                    self._check_offsets_in_range(chunk)
+                    self._check_offsets_in_range(chunk, upper)
                     good = len(chunk.scan)
                 except CorruptRecordError as e:
-                    good = self._valid_prefix(chunk, prev_next)
+                    good = self._valid_prefix(chunk, prev_next, upper)
                     error = e
                 if good:
                     state = self._plan_prefix(chunk, good, state, entries)
@@ -584,17 +585,20 @@ class LogSegment:
         self.flush()
         return RecoveryResult(valid, truncated, None if error is None else str(error))
 
-    def _check_offsets_in_range(self, chunk: BatchChunk) -> None:
+    def _check_offsets_in_range(self, chunk: BatchChunk, upper: int | None = None) -> None:
         base = chunk.scan.headers["base_offset"].astype(np.int64)
-        bad = np.flatnonzero((base < self.base_offset) | (chunk.scan.last_offsets - self.base_offset > INT32_MAX))
+        last = chunk.scan.last_offsets
+        bad = np.flatnonzero((base < self.base_offset) | (last - self.base_offset > INT32_MAX)
+                             | ((last >= upper) if upper is not None else False))
         if bad.size:
             i = int(bad[0])
             raise CorruptRecordError(
                 f"batch offsets {int(base[i])}..{int(chunk.scan.last_offsets[i])} do not fit segment with base "
-                f"offset {self.base_offset}", source=self.source,
+                f"offset {self.base_offset}" + (f" (the next segment begins at {upper})" if upper is not None else ""),
+                source=self.source,
                 position=chunk.base_position + int(chunk.scan.positions[i]))
 
-    def _valid_prefix(self, chunk: BatchChunk, expected_first: int | None) -> int:
+    def _valid_prefix(self, chunk: BatchChunk, expected_first: int | None, upper: int | None = None) -> int:
         """How many leading batches of a chunk pass validation (binary search on the failing one)."""
         lo, hi = 0, len(chunk.scan)
         while lo < hi:
@@ -602,7 +606,7 @@ class LogSegment:
             try:
                 part = head(chunk, mid)
                 validate_batches(part.buf, part.scan, source=self.source, expected_first_offset=expected_first)
-                self._check_offsets_in_range(part)
+                self._check_offsets_in_range(part, upper)
                 lo = mid
             except CorruptRecordError:
                 hi = mid - 1

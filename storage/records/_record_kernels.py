@@ -234,10 +234,10 @@ def _grow(a, need):
 
 @numba.njit(cache=True, nogil=True)
 def frame_records(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, ts_override,
-                  min_offset, max_offset):  # pragma: no cover - jitted
+                  min_offset, last_offset):  # pragma: no cover - jitted
     """Walk the records of every batch (record area b is src[area_start[b]:area_end[b]]).
 
-    Keeps records with min_offset <= offset < max_offset. ts_override[b] != -1 << 63 replaces every
+    Keeps records with min_offset <= offset <= last_offset (inclusive: offset 2**63-1 can be kept). ts_override[b] != -1 << 63 replaces every
     record timestamp of batch b (LogAppendTime). Returns
     (recs[8, n], hdrs[4, m], n, m, err, err_pos, err_batch): recs rows are offset, timestamp,
     batch, key start, key length, value start, value length, header count; hdrs rows are key
@@ -297,7 +297,7 @@ def frame_records(src, area_start, area_end, counts, last_deltas, base_offsets, 
             if hc < 0 or hc * 2 > rend - p:  # each header takes at least two bytes
                 return recs, hdrs, n, m, E_HEADER_COUNT, rec_begin, b
             offset = base_offsets[b] + off_delta
-            keep = offset >= min_offset and offset < max_offset
+            keep = offset >= min_offset and offset <= last_offset
             if keep and m + hc > hdrs.shape[1]:
                 hdrs = _grow(hdrs, m + hc)
             h = m

@@ -151,7 +151,8 @@ def iter_decoded(buf, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, ver
     if skip_control:
         sel &= (d.attrs & CONTROL_FLAG_MASK) == 0
     idx = np.flatnonzero(sel)
-    lo, hi = _clamp(min_offset, _INT64_MIN), _clamp(max_offset, _INT64_MAX)
+    lo = _clamp(min_offset, _INT64_MIN)
+    hi = _INT64_MAX if max_offset is None else _clamp(max_offset, _INT64_MAX) - 1  # the last offset kept
     i = 0
     while i < idx.size:
         group, pieces, i, error = d.next_group(idx, i, budget, max_message_bytes)

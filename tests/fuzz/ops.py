@@ -127,6 +127,7 @@ def _recover_op(out: _Out, req: dict) -> None:
 
     tp = TopicPartition(req["topic"], req.get("partition", 0))
     stage = "open-writable"
+    appended_at = None
     try:
         with LogManager(req["root"]).open_log(tp, writable=True, lock_timeout=5) as log:
             out.ev(opened={"log_start": log.log_start_offset, "log_end": log.log_end_offset})
@@ -137,6 +138,7 @@ def _recover_op(out: _Out, req: dict) -> None:
                               "timestamp": pa.array([APPEND_TS], pa.int64()),
                               "headers": pa.array([[{"key": k, "value": v} for k, v in APPEND_HEADERS]], htype)})
             info = log.append(build_records(table, compression=CompressionType[req["codec"].upper()]))
+            appended_at = info.first_offset
             out.ev(appended={"first": info.first_offset, "last": info.last_offset, "log_end": log.log_end_offset})
             stage = "close"
         out.ev(closed=True)
@@ -146,12 +148,19 @@ def _recover_op(out: _Out, req: dict) -> None:
     stage = "reopen"
     try:
         with LogManager(req["root"]).open_log(tp) as log:
-            out.ev(reopened={"log_start": log.log_start_offset, "log_end": log.log_end_offset})
+            out.ev(reopened={"log_start": log.log_start_offset, "log_end": log._next_offset})
             stage = "read-after"
             _emit_records(out, log, log.log_start_offset)
         out.ev(done=True)
     except BaseException as e:  # noqa: BLE001
         out.ev(exc=_exc_info(e, stage))
+    if appended_at is not None:  # a record appended behind damage must still be readable from its offset
+        try:
+            with LogManager(req["root"]).open_log(tp) as log:
+                out.ev(appended_phase=True)
+                _emit_records(out, log, appended_at)
+        except BaseException as e:  # noqa: BLE001
+            out.ev(appended_read_exc=_exc_info(e, "read-appended"))
 
 
 def _cli_op(req: dict) -> int:

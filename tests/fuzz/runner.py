@@ -33,10 +33,11 @@ Decisions (ambiguities the brief leaves open):
   with a moved baseOffset faithfully. Errors about index files must name the file (no position).
 - For the `swap` partition readers and writers may serve the log without the swap or after Kafka's
   swap completion (reference.partition_views); the best match counts.
-- e: damage in segments below the segment holding the recovery point is not recovered (Kafka, and
-  docs/storage.md: "reported when read"), so there the appended record may sit behind the damage;
-  from that segment on (and everywhere in f) recovery must cut the damage and the append must be
-  readable afterwards.
+- e: damage below the recovery point (flushed data gone bad) is not reread by recovery (Kafka after a
+  clean shutdown, and docs/storage.md: "reported when read"), so the appended record may sit behind
+  it, but must then be readable from its own offset; damage from the recovery point on (and
+  everywhere in f) recovery must cut (a torn tail) or refuse with a project error, and an append
+  after a cut must be readable in a read from the start.
 - read_mid starts at the middle record of the oracle's valid prefix (before any damage), so records
   from there up to the damage must be served.
 """
@@ -173,6 +174,8 @@ class ApiParser:
             self.events.append(ev)
             if "reopened" in ev:
                 self.phase = "after"
+            elif "appended_phase" in ev:
+                self.phase = "appended"
 
     def event(self, name):
         for ev in self.events:
@@ -869,6 +872,10 @@ class Runner:
                 why = ("a batch whose records cannot be read (recovery does not parse records)"
                        if P.stop and P.stop.level == "records" else "damage below the recovery point")
                 notes.append(f"appended record at {x} sits behind {why}")
+                own = parser.phases["appended"]
+                if not (own and own[0][0] == x and own[0][1] == app_digest):
+                    verdicts.append(("LOST", f"the record appended at offset {x}, behind {why}, cannot be read "
+                                             f"from its own offset either: {parser.event('appended_read_exc')}", x))
         # 3. the read afterwards, against the post-session oracle
         got = parser.phases["after"]
         err = api_error(read_exc)
@@ -891,11 +898,10 @@ class Runner:
             return False
         if op == "recover_full":
             return True
+        # damage below the recovery point is flushed data gone bad, which recovery does not reread (as
+        # Kafka after a clean shutdown); the writer appends behind it, readable from its own offset
         r = read_checkpoint(root_a, "recovery-point-offset-checkpoint").get((topic, 0), 0)
-        bases = [s.base_offset for s in P.segments]
-        floor = max([b for b in bases if b <= r], default=bases[0] if bases else 0)
-        stop_base = int(os.path.basename(P.stop.file)[:20])
-        return stop_base >= floor
+        return P.end_offset >= r
 
     def _outcome(self, base, op, cls, det, first, notes, res, err_text=""):
         return Outcome(**base, op=op, cls=cls, detail=det, first_diff=first, notes=list(notes),
