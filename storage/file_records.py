@@ -1,7 +1,7 @@
 """FileRecords: the batches of one `.log` file, read in growing chunks and checked before use.
 
 Kafka's FileRecords walks a log file batch by batch. Here a walk reads chunks of whole batches and
-checks every batch header it hands out: magic 2, a batchLength within [49, max.message.bytes], a
+checks every batch header it hands out: magic 2, a known codec, a batchLength within [49, max.message.bytes], a
 baseOffset above the previous batch's last offset and inside the segment's offset range [segment
 base offset, next segment's base offset), a lastOffsetDelta and recordCount that agree. CRCs are
 checked where the records are used (decoder, recovery, cleaner), since they cost a pass over the bytes.
@@ -20,11 +20,12 @@ import numpy as np
 
 from .errors import CorruptRecordError
 from .records.record_batch import (
-    ATTRIBUTES_OFFSET, CRC_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH,
+    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CRC_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH,
     BatchScan, as_uint8, scan_batches,
 )
 
 INT32_MAX = 2**31 - 1
+MAX_CODEC = 4  # zstd: attribute bits 0-2 above it name no codec
 FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
 RESYNC_WINDOW = 4 * 1024 * 1024  # a resync search reads the rest of a file this much at a time
@@ -124,8 +125,10 @@ def check_headers(chunk: BatchChunk, *, prev_last: int | None, base_offset: int,
     prev = np.empty_like(base)
     prev[0] = np.iinfo(np.int64).min if prev_last is None else prev_last
     prev[1:] = last[:-1]
+    codecs = h["attributes"].astype(np.int64) & COMPRESSION_CODEC_MASK
     problems = [
         (h["magic"] != MAGIC_V2, lambda i: f"unsupported magic {int(h['magic'][i])} (only v2 batches are supported)"),
+        (codecs > MAX_CODEC, lambda i: f"unknown compression codec {int(codecs[i])}"),
         ((deltas < 0) | (counts < 0) | (counts > deltas + 1),
          lambda i: f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}"),
         (base <= prev, lambda i: f"offsets out of order: batch {int(base[i])}..{int(last[i])} after offset {int(prev[i])}"),

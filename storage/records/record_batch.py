@@ -308,6 +308,13 @@ def validate_batches(buf, scan: BatchScan, *, source: str | None = None, base_po
         i = int(bad[0])
         raise CorruptRecordError(f"unsupported magic {int(magic[i])} (only v2 batches are supported)",
                                  source=source, position=int(scan.positions[i]) + base_position)
+    codecs = h["attributes"].astype(np.int64) & COMPRESSION_CODEC_MASK
+    bad = np.flatnonzero(codecs > CompressionType.ZSTD)
+    if bad.size:
+        i = int(bad[0])
+        raise CorruptRecordError(f"unknown compression codec {int(codecs[i])} in batch at offset "
+                                 f"{int(h['base_offset'][i])}", source=source,
+                                 position=int(scan.positions[i]) + base_position)
     deltas = h["last_offset_delta"].astype(np.int64)
     counts = h["record_count"].astype(np.int64)
     # recordCount may be below lastOffsetDelta + 1 (compaction leaves gaps, even empty batches)

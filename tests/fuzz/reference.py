@@ -11,9 +11,9 @@ The rules (DESIGN.md, "What must be checked before bytes are trusted", plus Java
 
 - framing: 12 + batchLength fits in the file, batchLength >= 49, magic == 2;
 - CRC-32C of everything after the crc field matches; the codec is one of 0..4;
-- baseOffset in [the segment's base offset, the next segment's base offset) and above the previous
-  batch's last offset (DESIGN's rule: a batch whose lastOffset reaches past the next segment's base
-  is not itself invalid; the next segment's first batch then is, as it is not above it);
+- baseOffset..lastOffset inside [the segment's base offset, the next segment's base offset) (the
+  issue's rule: a batch lies inside its segment's offset range) and above the previous batch's last
+  offset;
   lastOffset - segment base fits in int32; lastOffsetDelta >= 0; 0 <= recordCount <= lastOffsetDelta+1;
 - the record area (inflated, at most max.message.bytes) holds exactly recordCount records and no
   more bytes, each record's body exactly its length varint, no negative header count or header key
@@ -679,8 +679,8 @@ def walk_segment(seg: Segment, next_base: int | None, prev_last: int, max_bytes:
             why = f"lastOffsetDelta {b.last_offset_delta} < 0"
         elif b.last_offset_raw > INT64_MAX or b.last_offset_raw - seg.base_offset > INT32_MAX:
             why = f"lastOffset {b.last_offset_raw} does not fit the segment (base {seg.base_offset})"
-        elif next_base is not None and b.base_offset >= next_base:
-            why = f"baseOffset {b.base_offset} not below the next segment's base {next_base}"
+        elif next_base is not None and b.last_offset >= next_base:
+            why = f"offsets {b.base_offset}..{b.last_offset} not below the next segment's base {next_base}"
         elif b.record_count < 0 or b.record_count > b.last_offset_delta + 1:
             why = f"recordCount {b.record_count} (lastOffsetDelta {b.last_offset_delta})"
         level = "batch"
