@@ -8,40 +8,55 @@ from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
 
 from .options import SinkOptions, check_schema
-from .reader import KafkaLogBatchReader, KafkaLogStreamReader, source_schema
+from .reader import FailedStreamReader, KafkaLogBatchReader, KafkaLogStreamReader, selected_columns, source_schema
 from .source_options import SourceOptions
 from .writer import KafkaLogBatchWriter, KafkaLogStreamWriter
 
 
 class KafkaLogDataSource(DataSource):
-    """format("kafkalog"): Kafka-format logs under a root directory, written exactly once."""
+    """format("kafkalog"): Kafka-format logs under a root directory, written exactly once.
+
+    Writing takes Spark's Kafka sink columns (value, and key, headers, topic, partition, timestamp) and
+    options (topic, which overrides a topic column, plus path, compression.type, partitions, any Kafka
+    topic config). Reading takes Spark's Kafka source options (subscribe / subscribePattern / assign,
+    startingOffsets, endingOffsets, by timestamp, failOnDataLoss, minPartitions, maxRecordsPerPartition,
+    includeHeaders, maxOffsetsPerTrigger, ...) and gives its schema; a user-specified schema selects
+    columns of it. The user guide is docs/spark.md; all log logic is in storage/.
+    """
 
     @classmethod
     def name(cls) -> str:
         return "kafkalog"
 
     def schema(self) -> str:
-        """Spark's Kafka source schema, plus headers with includeHeaders=true."""
+        """Spark's Kafka source schema, plus headers with includeHeaders=true. The options a batch and a
+        stream read share are checked here, where Spark reports an error as it is."""
+        options = dict(self.options)
+        if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in options):
+            SourceOptions.parse(options, streaming=None)
         include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
         return source_schema(include == "true")
 
     def reader(self, schema):
-        return KafkaLogBatchReader(SourceOptions.parse(dict(self.options), streaming=False))
+        opts = SourceOptions.parse(dict(self.options), streaming=False)
+        return KafkaLogBatchReader(opts, selected_columns(schema, opts.include_headers))
 
     def streamReader(self, schema):
-        opts = SourceOptions.parse(dict(self.options), streaming=True)
-        if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
-            from . import reader
+        """An invalid option fails the query from initialOffset(): pyspark's stream runner (4.3) would
+        hide an error raised here behind an UnboundLocalError of its own."""
+        try:
+            opts = SourceOptions.parse(dict(self.options), streaming=True)
+            if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
+                from . import reader
 
-            if reader.ReadMaxRows is None:
-                raise InvalidConfigError("maxOffsetsPerTrigger / minOffsetsPerTrigger need pyspark 4.2 or later "
-                                         "(the read-limit API for Python streaming sources)")
-        return KafkaLogStreamReader(opts)
+                if reader.ReadMaxRows is None:
+                    raise InvalidConfigError("maxOffsetsPerTrigger / minOffsetsPerTrigger need pyspark 4.2 or "
+                                             "later (the read-limit API for Python streaming sources)")
+            return KafkaLogStreamReader(opts, selected_columns(schema, opts.include_headers))
+        except InvalidConfigError as e:
+            return FailedStreamReader(e)
 
-    def _sink_options(self, schema, overwrite: bool) -> SinkOptions:
-        if overwrite:
-            raise InvalidConfigError("the kafkalog sink only appends: a log cannot be overwritten "
-                                     "(use mode('append'))")
+    def _sink_options(self, schema) -> SinkOptions:
         opts = SinkOptions.parse(dict(self.options))
         check_schema(schema, opts)
         if opts.topic is not None:  # create it now, on the driver, so tasks agree on its partition count
@@ -50,9 +65,16 @@ class KafkaLogDataSource(DataSource):
         return opts
 
     def writer(self, schema, overwrite: bool):
-        opts = self._sink_options(schema, overwrite)
+        if overwrite:
+            raise InvalidConfigError(
+                "Save mode Overwrite not allowed for kafkalog: a log is only appended to, as Spark's Kafka sink "
+                "allows only Append (and ErrorIfExists, which Spark itself refuses for Python data sources): "
+                "use .mode('append')")
+        opts = self._sink_options(schema)
         return KafkaLogBatchWriter(opts, opts.writer_id())
 
     def streamWriter(self, schema, overwrite: bool):
-        opts = self._sink_options(schema, overwrite)
+        """outputMode('complete') arrives as overwrite=True: as Spark's Kafka sink does, every trigger
+        appends the whole result table (nothing is truncated)."""
+        opts = self._sink_options(schema)
         return KafkaLogStreamWriter(opts, opts.writer_id())

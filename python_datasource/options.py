@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import logging
 import os
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from storage.errors import InvalidConfigError
 from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig
@@ -14,7 +17,42 @@ from storage.storage_options import storage_options_from_spark
 from storage.topic_partition import validate_topic_name
 
 WRITER_OPTIONS = {"path", "topic", "compression.type", "partitions", "locktimeoutms", "checkpointlocation", "queryname"}
+SINK_NAMES = {"locktimeoutms": "lockTimeoutMs", "checkpointlocation": "checkpointLocation", "queryname": "queryName"}
 SINK_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
+
+# kafka.* options Spark's Kafka sink refuses, with its reasons (KafkaSourceProvider.kafkaParamsForProducer)
+REFUSED_SINK_KAFKA = {
+    "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are serialized with "
+                            "ByteArraySerializer.",
+    "kafka.value.serializer": "Kafka option 'value.serializer' is not supported as value are serialized with "
+                              "ByteArraySerializer.",
+}
+
+log = logging.getLogger(__name__)
+
+
+def refuse_kafka_options(opts: dict, refused: dict) -> None:
+    """The kafka.* options Spark's Kafka connector refuses, refused with its own words."""
+    for key, reason in refused.items():
+        if key in opts:
+            raise InvalidConfigError(reason)
+
+
+def note_unknown_options(opts: dict, known: dict, where: str, *, ignored: Iterable[str] = ()) -> list[str]:
+    """Options Spark's Kafka connector would accept and ignore are ignored here too; one that looks like
+    a misspelling of one of ours gets a warning naming ours as documented (e.g. startingOffsets).
+    `known`: lowercase name -> documented spelling. Returns the unknown names."""
+    unknown = [k for k in opts if k not in known and k not in ignored
+               and not k.startswith(("kafka.", "fs.", "spark."))]
+    for key in sorted(unknown):
+        close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+        if close:
+            log.warning("option '%s' is not an option of format('kafkalog') %s and is ignored; did you mean %s?",
+                        key, where, known[close[0]])
+        else:
+            log.info("option '%s' is ignored by format('kafkalog') %s (as Spark's Kafka connector ignores "
+                     "options it does not know)", key, where)
+    return unknown
 
 
 @dataclass(frozen=True)
@@ -52,13 +90,9 @@ class SinkOptions:
                 from None
         topic_config = {k: v for k, v in opts.items() if k in CONFIG_KEYS_BY_NAME and k != "compression.type"}
         LogConfig.from_dict(topic_config)  # names the key and rule at fault
-        unknown = sorted(k for k in opts if k not in WRITER_OPTIONS and k not in CONFIG_KEYS_BY_NAME
-                         and not k.startswith(("spark.", "kafka.", "fs.")))  # kafka.* belong to a broker; none here
-        if unknown:
-            raise InvalidConfigError(
-                f"unknown option(s) for format('kafkalog') sink: {', '.join(unknown)}; known: "
-                f"path, topic, compression.type, partitions, lockTimeoutMs and Kafka topic configs "
-                f"such as segment.bytes")
+        refuse_kafka_options(opts, REFUSED_SINK_KAFKA)  # other kafka.* (a broker's settings) mean nothing here
+        known = {**{k: SINK_NAMES.get(k, k) for k in WRITER_OPTIONS}, **{k: k for k in CONFIG_KEYS_BY_NAME}}
+        note_unknown_options(opts, known, "sink")
         try:
             lock_timeout_s = int(opts.get("locktimeoutms", "600000")) / 1000.0
             if lock_timeout_s < 0:
@@ -101,8 +135,8 @@ def check_schema(schema, options: SinkOptions) -> None:
     for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], text):
             raise bad(name, "string or binary")
-    if "topic" in fields and not isinstance(fields["topic"], StringType):
-        raise bad("topic", "string")
+    if "topic" in fields and options.topic is None and not isinstance(fields["topic"], StringType):
+        raise bad("topic", "string")  # (with the topic option, the column is not read: Spark's Kafka sink)
     if "topic" not in fields and options.topic is None:
         raise InvalidConfigError("no topic: set .option('topic', ...) or provide a 'topic' column")
     if "partition" in fields and not isinstance(fields["partition"], (IntegerType, ShortType, LongType)):

@@ -25,15 +25,21 @@ class PartitionState:
     log_end: int
 
 
+# Kafka's internal topics (Topic.isInternal): Spark's Kafka source reads none of them, whatever the strategy
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
 def topic_partitions(lm: LogManager, opts: SourceOptions) -> list[TopicPartition]:
-    """subscribe / subscribePattern / assign, against the topics under ROOT now."""
+    """subscribe / subscribePattern / assign, against the topics under ROOT now. A pattern matches a topic
+    when it is found anywhere in the name (Spark's Kafka source: Regex.findFirstIn), so `^...$` anchors it."""
     if opts.assign is not None:
-        return sorted(TopicPartition(t, p) for t, p in opts.assign)
-    existing = lm.topics()
+        return sorted(TopicPartition(t, p) for t, p in opts.assign if t not in INTERNAL_TOPICS)
+    existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
     if opts.subscribe is not None:
         names = [t for t in opts.subscribe if t in existing]
     else:
-        names = [t for t in existing if re.fullmatch(opts.pattern, t)]
+        pattern = re.compile(opts.pattern)
+        names = [t for t in existing if pattern.search(t)]
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 
@@ -94,6 +100,19 @@ def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, s
     return out
 
 
+def open_ended(spec: OffsetSpec, states: dict, which: int) -> set:
+    """The partitions whose end of the range is `which` (EARLIEST or LATEST) by name, not a fixed offset
+    or a timestamp: the reader resolves those when it reads (see reader.KafkaLogInputPartition)."""
+    if spec.kind != "offsets":
+        return set()
+    out = set()
+    for tp in states:
+        value = spec.value_for(tp.topic, tp.partition)
+        if (spec.default if value is None else value) == which:
+            out.add((tp.topic, tp.partition))
+    return out
+
+
 @dataclass(frozen=True)
 class OffsetRange:
     topic: str
@@ -125,9 +144,23 @@ def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool) -> l
     return out
 
 
-def split(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+def split(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None,
+          max_records: int | None = None) -> list[OffsetRange]:
     """Cut big ranges at segment or index boundaries until there are about min_partitions of them,
-    each partition's share in proportion to its size (Spark's KafkaOffsetRangeCalculator idea)."""
+    each partition's share in proportion to its size (Spark's KafkaOffsetRangeCalculator idea); then
+    cut every range into pieces of at most max_records offsets (maxRecordsPerPartition)."""
+    rs = _split_min(lm, rs, min_partitions)
+    if not max_records:
+        return rs
+    out = []
+    for r in rs:
+        pieces = -(-(r.end - r.start) // max_records)
+        bounds = [r.start + (r.end - r.start) * k // pieces for k in range(pieces)] + [r.end]
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if a < b)
+    return out
+
+
+def _split_min(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
     if not min_partitions or len(rs) >= min_partitions:
         return rs
     total = sum(r.end - r.start for r in rs)

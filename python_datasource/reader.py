@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
-from storage.errors import OffsetOutOfRangeError
+from storage.errors import InvalidConfigError, OffsetOutOfRangeError
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 
@@ -32,65 +32,110 @@ KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset l
 HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
 
 
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
 def source_schema(include_headers: bool) -> str:
     return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
 
 
-class KafkaLogInputPartition(InputPartition):
-    """One task's work: offsets [start, end) of one topic partition."""
+def kafka_struct():
+    """Spark's Kafka source schema with headers, as a StructType built here (workers have no JVM to
+    parse a DDL string)."""
+    from pyspark.sql.types import (
+        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+    )
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    types = {"key": BinaryType(), "value": BinaryType(), "topic": StringType(), "partition": IntegerType(),
+             "offset": LongType(), "timestamp": TimestampType(), "timestampType": IntegerType(),
+             "headers": ArrayType(header)}
+    return StructType([StructField(name, types[name]) for name in KAFKA_COLUMNS])
+
+
+def selected_columns(schema, include_headers: bool) -> tuple[str, ...]:
+    """The columns a read yields: Spark's Kafka schema, or the subset (in its order) a user-specified
+    schema names, each with its Kafka type. Anything else is refused, listing what may be asked for."""
+    if schema is None:
+        return KAFKA_COLUMNS if include_headers else KAFKA_COLUMNS[:-1]
+    allowed = {f.name: f.dataType for f in kafka_struct().fields}
+    fields = getattr(schema, "fields", None)
+    if not fields:
+        raise InvalidConfigError(f"a schema for format('kafkalog') selects columns of the Kafka source schema; "
+                                 f"got {schema!r}")
+    bad = [f for f in fields if f.name not in allowed or f.dataType != allowed[f.name]]
+    names = [f.name for f in fields]
+    if bad or len(set(names)) != len(names):
+        shown = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in bad) or "a column twice"
+        raise InvalidConfigError(f"a schema for format('kafkalog') selects columns of the Kafka source schema, "
+                                 f"with their Kafka types: {source_schema(True)}; got {shown}")
+    return tuple(names)
+
+
+class KafkaLogInputPartition(InputPartition):
+    """One task's work: offsets [start, end) of one topic partition. An open start or end (earliest /
+    latest asked for) is resolved when the task reads: pyspark keeps a DataFrame's planned partitions,
+    so a DataFrame queried again still reads what the log holds then, as Spark's Kafka source does by
+    planning every query anew."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int, *, start_open: bool = False,
+                 end_open: bool = False):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
+        self.start_open, self.end_open = start_open, end_open
 
     def __repr__(self) -> str:
-        return f"KafkaLogInputPartition({self.topic}-{self.partition} [{self.start}, {self.end}))"
+        lo = "earliest" if self.start_open else self.start
+        hi = "latest" if self.end_open else self.end
+        return f"KafkaLogInputPartition({self.topic}-{self.partition} [{lo}, {hi}))"
 
 
-def read_range(path: str, part: KafkaLogInputPartition, include_headers: bool,
+def read_range(path: str, part: KafkaLogInputPartition, columns: tuple[str, ...],
                fail_on_data_loss: bool, storage_options: dict | None = None) -> Iterator[pa.RecordBatch]:
-    """Records [start, end) of one partition as Arrow batches in Spark's Kafka schema."""
+    """Records [start, end) of one partition as Arrow batches with `columns` of Spark's Kafka schema."""
     if not isinstance(part, KafkaLogInputPartition):  # Spark plans one placeholder task for an empty read
         return
     tp = TopicPartition(part.topic, part.partition)
     with LogManager(path, storage_options).open_log(tp) as plog:
-        start = part.start
+        start = plog.log_start_offset if getattr(part, "start_open", False) else part.start
+        end = plog.log_end_offset if getattr(part, "end_open", False) else part.end
         if start < plog.log_start_offset:
             planning._data_loss(fail_on_data_loss, f"offsets {start}..{plog.log_start_offset - 1} of {tp.topic}-"
                                                    f"{tp.partition} were removed before they were read")
             start = plog.log_start_offset
-        if start >= part.end:
+        if start >= end:
             return
         try:
-            chunks = plog.read_records(start, part.end)
+            chunks = plog.read_records(start, end)
             for batch in chunks:
-                yield _to_spark(batch, part, include_headers)
+                yield _to_spark(batch, part, columns)
         except OffsetOutOfRangeError as e:
             planning._data_loss(fail_on_data_loss, str(e))
 
 
-def _to_spark(batch: pa.RecordBatch, part: KafkaLogInputPartition, include_headers: bool) -> pa.RecordBatch:
+def _to_spark(batch: pa.RecordBatch, part: KafkaLogInputPartition, columns: tuple[str, ...]) -> pa.RecordBatch:
+    """The decoded records in Spark's Kafka schema, only the columns asked for (each one shipped to
+    Spark costs: a narrow schema ships less)."""
     n = batch.num_rows
-    ts_ms = batch.column("timestamp").to_numpy()
-    cols = [
-        batch.column("key"), batch.column("value"),
-        pa.repeat(pa.scalar(part.topic, pa.string()), n),
-        pa.array(np.full(n, part.partition, np.int32)),
-        batch.column("offset"),
-        pa.array(ts_ms * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC")),
-        batch.column("timestampType"),
-    ]
-    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-    if include_headers:
-        cols.append(batch.column("headers"))
-        names.append("headers")
-    return pa.RecordBatch.from_arrays(cols, names=names)
+    make = {
+        "key": lambda: batch.column("key"),
+        "value": lambda: batch.column("value"),
+        "topic": lambda: pa.repeat(pa.scalar(part.topic, pa.string()), n),
+        "partition": lambda: pa.array(np.full(n, part.partition, np.int32)),
+        "offset": lambda: batch.column("offset"),
+        "timestamp": lambda: pa.array(batch.column("timestamp").to_numpy() * 1000,
+                                      pa.int64()).view(pa.timestamp("us", tz="UTC")),
+        "timestampType": lambda: batch.column("timestampType"),
+        "headers": lambda: batch.column("headers"),
+    }
+    return pa.RecordBatch.from_arrays([make[c]() for c in columns], names=list(columns))
 
 
 class KafkaLogBatchReader(DataSourceReader):
     """spark.read: ranges fixed at planning time."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
 
     def partitions(self):
         o = self.options
@@ -98,12 +143,22 @@ class KafkaLogBatchReader(DataSourceReader):
         states = planning.partition_states(lm, planning.topic_partitions(lm, o), o.fail_on_data_loss)
         starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
         ends = planning.resolve(lm, o.ending, states, is_start=False)
-        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions)
-        return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
+        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
+                            o.max_records_per_partition)
+        open_start = planning.open_ended(o.starting, states, planning.EARLIEST)
+        open_end = planning.open_ended(o.ending, states, planning.LATEST)
+        first = {}
+        for i, r in enumerate(rs):
+            first.setdefault((r.topic, r.partition), i)
+        last = {(r.topic, r.partition): i for i, r in enumerate(rs)}
+        return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end,
+                                       start_open=(r.topic, r.partition) in open_start and first[(r.topic, r.partition)] == i,
+                                       end_open=(r.topic, r.partition) in open_end and last[(r.topic, r.partition)] == i)
+                for i, r in enumerate(rs)]
 
     def read(self, partition):
         o = self.options
-        return read_range(o.path, partition, o.include_headers, o.fail_on_data_loss, o.storage_options)
+        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options)
 
 
 def _to_json(offsets: dict) -> dict:
@@ -120,8 +175,9 @@ def _from_json(doc: dict) -> dict:
 class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """spark.readStream: offsets {"topic": {"partition": offset}}; new partitions start at earliest."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions, columns: tuple[str, ...]):
         self.options = options
+        self.columns = columns
         self._target: dict | None = None  # Trigger.AvailableNow: do not go past this
         self._last_trigger = time.monotonic()
 
@@ -184,12 +240,36 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 planning._data_loss(o.fail_on_data_loss, f"{tp.topic}-{tp.partition} was read before and is gone now")
         starts = {tp: begin.get(tp, st.log_start) for tp, st in states.items()}  # new partitions: earliest
         ends = {tp: stop[tp] for tp in states if tp in stop}
-        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions)
+        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
+                            o.max_records_per_partition)
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
 
     def read(self, partition):
         o = self.options
-        return read_range(o.path, partition, o.include_headers, o.fail_on_data_loss, o.storage_options)
+        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class FailedStreamReader(DataSourceStreamReader):
+    """A stream reader whose options were refused: every call raises that error (see
+    KafkaLogDataSource.streamReader for why it is not raised at once)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict):
+        raise self.error
+
+    def read(self, partition):
+        raise self.error
 
     def commit(self, end: dict) -> None:
         pass

@@ -3,26 +3,46 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
 from storage.storage_options import storage_options_from_spark
 
+from .options import note_unknown_options, refuse_kafka_options
+
 EARLIEST, LATEST = -2, -1
 
-READER_OPTIONS = {
-    "path", "subscribe", "subscribepattern", "assign", "startingoffsets", "endingoffsets", "startingtimestamp",
-    "startingoffsetsbytimestamp", "endingtimestamp", "endingoffsetsbytimestamp",
-    "startingoffsetsbytimestampstrategy", "failondataloss", "minpartitions", "includeheaders",
-    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
-}
-# Spark's names, for error messages (options arrive lowercased)
+# Spark's names, for messages (options arrive lowercased)
 SPARK_NAMES = {n.lower(): n for n in (
     "path", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
     "startingOffsetsByTimestamp", "endingTimestamp", "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions", "includeHeaders",
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
+    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions", "maxRecordsPerPartition",
+    "includeHeaders", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
+READER_OPTIONS = set(SPARK_NAMES)
+# options Spark's Kafka source takes that mean nothing without a broker (consumer groups, polling, fetch
+# retries) or that it never reads (checkpointLocation on a reader): accepted and ignored, as there
+IGNORED_SOURCE_OPTIONS = {"checkpointlocation", "groupidprefix", "kafkaconsumer.polltimeoutms",
+                          "fetchoffset.numretries", "fetchoffset.retryintervalms"}
+# kafka.* options Spark's Kafka source refuses, with its reasons (KafkaSourceProvider.validateGeneralOptions)
+REFUSED_SOURCE_KAFKA = {
+    "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+                               "'startingoffsets' to 'earliest' or 'latest' to specify where to start. Structured "
+                               "Streaming manages which offsets are consumed internally, rather than relying on the "
+                               "kafkaConsumer to do it.",
+    "kafka.key.deserializer": "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte "
+                              "arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize "
+                              "the keys.",
+    "kafka.value.deserializer": "Kafka option 'value.deserializer' is not supported as values are deserialized as "
+                                "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
+                                "deserialize the values.",
+    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+STREAM_ONLY = ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,13 +77,18 @@ class SourceOptions:
     min_offsets_per_trigger: int | None
     max_trigger_delay_ms: int
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
+    max_records_per_partition: int | None = None
 
     @classmethod
-    def parse(cls, options: dict, *, streaming: bool) -> "SourceOptions":
+    def parse(cls, options: dict, *, streaming: bool | None) -> "SourceOptions":
+        """Check and parse reader options as Spark's Kafka source does. streaming=None: only what a
+        batch and a stream read share (DataSource.schema() does not know which it serves)."""
         o = {k.lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in o if k not in READER_OPTIONS and not k.startswith(("kafka.", "fs.")))
-        if unknown:
-            raise InvalidConfigError(f"unknown option(s) for format('kafkalog') source: {', '.join(unknown)}")
+        refuse_kafka_options(o, REFUSED_SOURCE_KAFKA)
+        if "kafka.group.id" in o:
+            log.warning("option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
+                        "warns that setting it is unsafe)")
+        note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
         if not o.get("path"):
             raise InvalidConfigError("option 'path' is required: the kafkalog root directory, "
                                      "e.g. .option('path', '/data/logs') or .load('/data/logs')")
@@ -77,7 +102,10 @@ class SourceOptions:
             if not subscribe:
                 raise InvalidConfigError("option 'subscribe' names no topic")
         elif "subscribepattern" in o:
-            pattern = o["subscribepattern"]
+            pattern = o["subscribepattern"].strip()
+            if not pattern:
+                raise InvalidConfigError(f"Pattern to subscribe is empty as specified value for option "
+                                         f"'subscribePattern' is '{o['subscribepattern']}'")
             try:
                 re.compile(pattern)
             except re.error as e:
@@ -86,14 +114,29 @@ class SourceOptions:
             assign = tuple(_parse_assign(o["assign"]))
         starting = _range_limit(o, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets",
                                 LATEST if streaming else EARLIEST, ending=False, streaming=streaming)
-        if streaming:
-            for k in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
-                if k in o:
-                    raise InvalidConfigError(f"option '{SPARK_NAMES[k]}' is for batch queries, not streaming ones")
+        if streaming:  # as Spark's Kafka source: two are refused, endingTimestamp is not read at all
+            if "endingoffsets" in o:
+                raise InvalidConfigError("ending offset not valid in streaming queries (option 'endingOffsets' is "
+                                         "for batch reads)")
+            if "endingoffsetsbytimestamp" in o:
+                raise InvalidConfigError("ending timestamp not valid in streaming queries (option "
+                                         "'endingOffsetsByTimestamp' is for batch reads)")
+            if "endingtimestamp" in o:
+                log.warning("option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source "
+                            "ignores it")
             ending = OffsetSpec("offsets", (), LATEST)
         else:
             ending = _range_limit(o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST,
                                   ending=True, streaming=False)
+            if streaming is False:
+                for k in STREAM_ONLY:
+                    if k in o:
+                        log.warning("%s option ignored in batch queries", SPARK_NAMES[k])
+        max_per_trigger = _int(o, "maxoffsetspertrigger", 1)
+        min_per_trigger = _int(o, "minoffsetspertrigger", 1)
+        if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
+            raise InvalidConfigError(f"The value of minOffsetsPerTrigger({min_per_trigger}) is higher than the "
+                                     f"maxOffsetsPerTrigger({max_per_trigger}).")
         strategy = o.get("startingoffsetsbytimestampstrategy", "error").lower()
         if strategy not in ("error", "latest"):
             raise InvalidConfigError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
@@ -102,10 +145,10 @@ class SourceOptions:
             path=o["path"], subscribe=subscribe, pattern=pattern, assign=assign, starting=starting, ending=ending,
             strategy=strategy, fail_on_data_loss=_bool(o, "failondataloss", True),
             min_partitions=_int(o, "minpartitions", 1), include_headers=_bool(o, "includeheaders", False),
-            max_offsets_per_trigger=_int(o, "maxoffsetspertrigger", 1),
-            min_offsets_per_trigger=_int(o, "minoffsetspertrigger", 1),
+            max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
             storage_options=storage_options_from_spark(o),
+            max_records_per_partition=_int(o, "maxrecordsperpartition", 1),
         )
 
 
@@ -184,7 +227,7 @@ def _per_partition(o: dict, key: str) -> tuple:
 
 
 def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool,
-                 streaming: bool) -> OffsetSpec:
+                 streaming: bool | None) -> OffsetSpec:
     """Spark's precedence: a global timestamp, then per-partition timestamps, then offsets."""
     name = SPARK_NAMES[offsets]
     if global_ts in o:
@@ -210,12 +253,12 @@ def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int
         v = EARLIEST if text.lower() == "earliest" else LATEST
         if ending and v == EARLIEST:
             raise InvalidConfigError(f"option '{name}': 'earliest' is not allowed for the end of a range")
-        if not ending and not streaming and v == LATEST:
+        if not ending and streaming is False and v == LATEST:
             raise InvalidConfigError(f"option '{name}': 'latest' is not allowed for a batch query's start")
         return OffsetSpec("offsets", (), v)
     spec = _per_partition(o, offsets)
     for t, p, v in spec:
-        if v < EARLIEST or (ending and v == EARLIEST) or (not ending and not streaming and v == LATEST):
+        if v < EARLIEST or (ending and v == EARLIEST) or (not ending and streaming is False and v == LATEST):
             raise InvalidConfigError(f"option '{name}': offset {v} for {t}-{p} is not allowed here "
                                      f"(use an offset >= 0{', or -1 for latest' if ending else ', or -2 for earliest'})")
     return OffsetSpec("offsets", spec, default)

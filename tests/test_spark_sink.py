@@ -183,7 +183,7 @@ def test_two_queries_on_one_topic_both_finish_with_dense_offsets(spark_session, 
     ("SELECT 'v' AS value", {"topic": "bad topic!"}, "bad topic!"),
     ("SELECT 'v' AS value", {"topic": "t", "segment.bytes": "3"}, "segment.bytes"),
     ("SELECT 'v' AS value", {"topic": "t", "compression.type": "brotli"}, "compression.type"),
-    ("SELECT 'v' AS value", {"topic": "t", "segmentbytes": "3"}, "segmentbytes"),
+    ("SELECT 'v' AS value", {"topic": "t", "kafka.value.serializer": "x"}, "'value.serializer' is not supported"),
 ])
 def test_bad_input_is_named_before_anything_is_written(spark_session, tmp_path, frame, options, message):
     root = str(tmp_path / "logs")

@@ -190,7 +190,8 @@ def test_data_loss_is_named_or_skipped(spark_session, tmp_path):
     ({"subscribe": "a", "minPartitions": "0"}, "minPartitions"),
     ({"subscribePattern": "(", }, "not a valid regex"),
     ({"assign": '{"a": "0"}'}, "assign"),
-    ({"subscribe": "a", "kafka.bootstrap.servers": "x", "subscribeTopics": "a"}, "subscribetopics"),
+    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
+    ({"subscribe": "a", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "2"}, "is higher than"),
 ])
 def test_bad_options_get_clear_errors(spark_session, tmp_path, options, message):
     root = str(tmp_path / "logs")

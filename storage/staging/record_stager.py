@@ -147,11 +147,9 @@ class RecordStager:
         first_row = self._rows_seen
         self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
         self._rows_seen += table.num_rows
-        if "topic" in table.column_names:
+        if "topic" in table.column_names and self.topic is None:  # a topic option overrides the column
             topics = table.column("topic")
-            if self.topic is not None:
-                topics = pc.fill_null(topics, self.topic)
-            elif topics.null_count:
+            if topics.null_count:
                 i = int(np.flatnonzero(topics.is_null().to_numpy(zero_copy_only=False))[0])
                 raise InvalidConfigError(f"row {first_row + i} of the task's input has a null topic and no 'topic' "
                                          f"option is set")
