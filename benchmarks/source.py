@@ -1,9 +1,13 @@
-"""spark.read.format("kafkalog") beside spark.read.parquet of the same records, in one run.
+"""spark.read.format("kafkalog") beside spark.read.parquet and a Python floor, in one run.
 
 Run:  python benchmarks/source.py [ROWS [ROUNDS]]
 The same records (16-byte key, 100-byte value, a timestamp) are written once into a kafkalog topic
 (4 partitions, 1 GiB segments, uncompressed) and once as parquet with the Kafka source's columns.
-Each read materializes every column through Spark's noop sink. After a warm-up, R rounds run both
+Each read materializes every column through Spark's noop sink. Four reads: kafkalog; kafkalog with
+`.schema("value binary")` (a narrow read: a Python source ships every column it yields, a narrow one
+ships less); parquet; and the Python floor, a Python data source whose tasks hand Spark the same
+columns already in Arrow (pyarrow reads each task's parquet file: no decoding of ours), which is the
+most any Python source can do. After a warm-up, R rounds run both
 reads in turn (so a burst of load elsewhere hits both); a figure is the best of its R runs. "cpu s"
 is the CPU time of Spark's JVM and Python workers during the best run, steadier than wall time on a
 shared machine; "others" is the CPU every other process took meanwhile (rerun when it is not ~0).
@@ -36,6 +40,39 @@ from storage.topic_partition import TopicPartition  # noqa: E402
 
 PARTITIONS = 4
 CHUNK = 250_000
+
+
+def floor_source():
+    """A Python data source yielding each parquet file's Arrow batches as they are (the floor)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Part(InputPartition):
+        def __init__(self, path):
+            self.path = path
+
+    class Reader(DataSourceReader):
+        def __init__(self, directory):
+            self.directory = directory
+
+        def partitions(self):
+            return [Part(os.path.join(self.directory, f)) for f in sorted(os.listdir(self.directory))]
+
+        def read(self, partition):
+            yield from pq.read_table(partition.path).to_batches()
+
+    class Floor(DataSource):
+        @classmethod
+        def name(cls):
+            return "python_floor"
+
+        def schema(self):
+            return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                    "timestampType int")
+
+        def reader(self, schema):
+            return Reader(self.options["path"])
+
+    return Floor
 
 
 def chunk(lo: int, hi: int) -> pa.Table:
@@ -143,10 +180,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         root, pq_dir = os.path.join(tmp, "logs"), os.path.join(tmp, "parquet")
         write_inputs(root, pq_dir, rows)
+        spark.dataSource.register(floor_source())
         kl = lambda: spark.read.format("kafkalog").option("subscribe", "bench").load(root)  # noqa: E731
+        narrow = lambda: spark.read.schema("value binary").format("kafkalog").option("subscribe", "bench") \
+            .load(root)  # noqa: E731
         pqf = lambda: spark.read.parquet(pq_dir)  # noqa: E731
-        assert kl().count() == pqf().count() == rows
-        reads = {"kafkalog": kl, "parquet": pqf}
+        floor = lambda: spark.read.format("python_floor").load(pq_dir)  # noqa: E731
+        assert kl().count() == pqf().count() == floor().count() == narrow().count() == rows
+        reads = {"kafkalog": kl, "kafkalog value-only": narrow, "parquet": pqf, "python floor": floor}
         jvm = spark.sparkContext._gateway.proc.pid
         best: dict = {}
         for rnd in range(runs + 1):  # round 0 warms up: JIT, Python workers, file cache
@@ -154,16 +195,18 @@ def main():
                 run = timed(lambda: df().write.format("noop").mode("overwrite").save(), jvm)
                 if rnd and (name not in best or run[0] < best[name][0]):
                     best[name] = run
-        (t_kl, cpu_kl, oth_kl), (t_pq, cpu_pq, oth_pq) = best["kafkalog"], best["parquet"]
         log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
                         if f.endswith(".log"))
         pq_bytes = sum(os.path.getsize(os.path.join(pq_dir, f)) for f in os.listdir(pq_dir))
-    print(f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}")
-    print(f"kafkalog  {rows / t_kl:>12,.0f} rows/s  ({t_kl:.2f} s, cpu {cpu_kl:.2f} s, others {oth_kl:.2f} s, "
-          f"{log_bytes / 1e6:.0f} MB of .log)")
-    print(f"parquet   {rows / t_pq:>12,.0f} rows/s  ({t_pq:.2f} s, cpu {cpu_pq:.2f} s, others {oth_pq:.2f} s, "
-          f"{pq_bytes / 1e6:.0f} MB of parquet)")
-    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x rows/s, {cpu_pq / cpu_kl:.2f}x rows per cpu second")
+    print(f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}; "
+          f"{log_bytes / 1e6:.0f} MB of .log, {pq_bytes / 1e6:.0f} MB of parquet")
+    for name, (t, cpu, oth) in best.items():
+        print(f"{name:20} {rows / t:>12,.0f} rows/s  ({t:.2f} s, cpu {cpu:.2f} s, others {oth:.2f} s)")
+    t_kl, t_pq, t_fl, t_nr = (best[n][0] for n in ("kafkalog", "parquet", "python floor", "kafkalog value-only"))
+    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x rows/s; kafkalog/python floor: {t_fl / t_kl:.2f}x; "
+          f"python floor/parquet: {t_pq / t_fl:.2f}x (what any Python source can reach)")
+    print(f"narrow read: value-only {t_kl / t_nr:.2f}x the rows/s of the full read "
+          f"(cpu {best['kafkalog value-only'][1]:.2f} s vs {best['kafkalog'][1]:.2f} s)")
     spark.stop()
 
 

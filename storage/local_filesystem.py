@@ -36,8 +36,10 @@ def _os_errors(fn):
         except (FileNotFoundError, FileExistsError, KafkaStorageError):
             raise
         except OSError as e:
-            path = e.filename or (args[0] if args else getattr(self, "path", getattr(self, "_path", "?")))
-            raise KafkaStorageError(f"{fn.__name__.strip('_')} {path}: {e.strerror or e}") from e
+            own = getattr(self, "path", getattr(self, "_path", None))  # a reader's or appender's file
+            path = e.filename or own or (args[0] if args else "?")
+            where = f" [{', '.join(str(a) for a in args)}]" if own is not None and args else ""
+            raise KafkaStorageError(f"{fn.__name__.strip('_')} {path}{where}: {e.strerror or e}") from e
 
     return wrapper
 

@@ -154,6 +154,10 @@ class LogSegment:
             return 0, None
         if entry.position == 0 and entry.offset == self.base_offset:
             return 0, None
+        if not 0 <= entry.position < self._size or entry.offset < self.base_offset:
+            self._distrust_index(f"index entry {entry.offset} -> position {entry.position} of "
+                                 f"{self.fs.url(self.offset_index.path)} is outside the segment")
+            return 0, None
         return entry.position, entry.offset
 
     def _distrust_index(self, why: str) -> None:
