@@ -33,11 +33,30 @@ class Crash(BaseException):
     """The job's process dies (not an error it could report and go on from)."""
 
 
-class FaultyStore(ObjectStoreFileSystem):
+class LogicalTimeStore(ObjectStoreFileSystem):
+    """fsspec's memory store with object times on the test's clock: an object counts as written no later
+    than `ceiling_ms` (the passes' now), so whether a crashed job's swap is abandoned at now + 5 s never
+    depends on how long the test took on a busy machine."""
+
+    ceiling_ms: int | None = None
+
+    def __init__(self):
+        super().__init__(fsspec.filesystem("memory"))
+
+    def modified_ms(self, path):
+        t = super().modified_ms(path)
+        return t if self.ceiling_ms is None else min(t, self.ceiling_ms)
+
+    def modified_times(self, path, names=None):
+        times = super().modified_times(path, names)
+        return times if self.ceiling_ms is None else {n: min(t, self.ceiling_ms) for n, t in times.items()}
+
+
+class FaultyStore(LogicalTimeStore):
     """Counts every object write, copy and delete; from operation `crash_at` on, every one raises Crash."""
 
     def __init__(self, crash_at=None):
-        super().__init__(fsspec.filesystem("memory"))
+        super().__init__()
         self.crash_at, self.ops = crash_at, []
 
     def _op(self, what, path):
@@ -75,7 +94,13 @@ class FaultyStore(ObjectStoreFileSystem):
 
 
 def healthy():
-    return ObjectStoreFileSystem(fsspec.filesystem("memory"))
+    return LogicalTimeStore()
+
+
+@pytest.fixture(autouse=True)
+def _wall_clock_object_times_after_each_test():
+    yield
+    LogicalTimeStore.ceiling_ms = None
 
 
 def copy_root(src: str) -> str:
@@ -158,7 +183,8 @@ def test_a_crash_at_every_object_operation_leaves_old_or_new_per_group(workload)
         with lm.open_log(TP, writable=True) as log:
             log.append(kp_batch(recs))
     interval = int(config["index.interval.bytes"])
-    now = int(time.time() * 1000) + 10_000  # every pass runs on a fixed clock: the lease never races real time
+    now = int(time.time() * 1000) + 10_000  # every pass runs on a fixed clock: the lease never races real time,
+    LogicalTimeStore.ceiling_ms = now  # nor do object times
     old = read_records(root0)
 
     # a healthy run: the "new" records, and the ranges the job rewrites
