@@ -1,19 +1,25 @@
 """A compacted changelog topic: upserts and deletes by key from Spark, compacted by the maintenance job,
 read back as the latest value per key.
 
-Run:  python examples/compacted_changelog.py [ROOT]
-Three Spark writes put 3 versions of 1000 customers' addresses into "customers" (cleanup.policy=compact)
-and then delete 100 customers with tombstones (null values). `kafkalog maintain ROOT --once` (here its
-Python form) compacts the topic: every segment but the active one keeps only the latest record per key.
-As with Kafka, the active segment is never cleaned, so a reader of a compacted topic still takes
-the latest record per key (and drops tombstones) for the uncleaned head; here that gives the
-same rows before and after compaction, from far fewer records.
+Run:  python examples/compacted_changelog.py [ROOT]          (default ./changelog-logs, made afresh)
+Spark writes 3 versions of 1000 customers' addresses into "customers" (cleanup.policy=compact),
+deletes 100 of them with tombstones (null values), and goes on writing new customers, so the segments
+holding the tombstones roll and become cleanable (the active segment never is, as in Kafka). The
+maintenance job (`kafkalog maintain ROOT --once`, here its Python form) runs twice, with more writes
+in between, as it would on a schedule:
+
+- the first cleaning keeps only the latest record per key, and keeps the tombstones, marking each
+  with its delete horizon (now + delete.retention.ms, 0 here), as Kafka's cleaner does, so that a
+  reader part way through the log still sees the delete;
+- the second cleaning, past that horizon, drops the tombstones.
+
+The rows a reader takes from the topic (latest record per key, tombstones dropped) are checked
+against a model of the writes before and after; the script exits 1 if anything it prints is not so.
 """
 
 import os
-import subprocess
+import shutil
 import sys
-import tempfile
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -21,26 +27,46 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="kafkalog-changelog-"))
+from kafkalog_ds.maintenance import run_once  # noqa: E402  (what `kafkalog maintain ROOT --once` runs)
+
+DEFAULT_ROOT = "changelog-logs"
+root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ROOT)
+if len(sys.argv) <= 1:
+    shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
+elif os.path.exists(root) and os.listdir(root):
+    sys.exit(f"compacted_changelog: error: {root} is not empty; give a new directory")
+
 spark = (SparkSession.builder.master("local[2]").appName("kafkalog-compacted-changelog")
-         .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
 
 topic_config = {                      # applied when the sink creates the topic
     "cleanup.policy": "compact",
     "segment.bytes": "8192",          # small segments so there is something to clean
     "min.cleanable.dirty.ratio": "0.1",
-    "delete.retention.ms": "0",       # tombstones may go on the cleaning after the one that marks them
+    "delete.retention.ms": "0",       # a tombstone may go on the cleaning after the one that marks it
 }
-for version in range(3):              # three upserts of every customer
-    upserts = spark.range(0, 1000).selectExpr(
-        "CONCAT('customer-', CAST(id AS STRING)) AS key",
-        f"CONCAT('address v{version} of ', CAST(id AS STRING)) AS value")
-    upserts.write.format("kafkalog").mode("append").options(**topic_config) \
+model = {}                            # what the changelog describes: customer -> address, deletes removed
+written = 0
+
+
+def upsert(ids, version):
+    global written
+    df = spark.createDataFrame([(f"customer-{i}", f"address v{version} of {i}") for i in ids], "key string, value string")
+    df.write.format("kafkalog").mode("append").options(**topic_config) \
         .option("topic", "customers").option("partitions", "2").save(root)
-deletes = spark.range(0, 1000, 10).selectExpr(   # customers 0, 10, 20, ... leave: tombstones
-    "CONCAT('customer-', CAST(id AS STRING)) AS key", "CAST(NULL AS STRING) AS value")
-deletes.write.format("kafkalog").mode("append").option("topic", "customers").save(root)
+    model.update({f"customer-{i}": f"address v{version} of {i}" for i in ids})
+    written += len(ids)
+
+
+def delete(ids):
+    global written
+    df = spark.createDataFrame([(f"customer-{i}", None) for i in ids], "key string, value string")
+    df.write.format("kafkalog").mode("append").option("topic", "customers").save(root)
+    for i in ids:
+        model.pop(f"customer-{i}", None)
+    written += len(ids)
 
 
 def read_all():
@@ -50,22 +76,52 @@ def read_all():
 def latest_per_key(df):
     """The table a changelog describes: the latest record per key, tombstones dropped."""
     latest = Window.partitionBy("key").orderBy(F.col("offset").desc())
-    return sorted(df.withColumn("n", F.row_number().over(latest)).where("n = 1 AND value IS NOT NULL")
-                  .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").collect())
+    return dict(df.withColumn("n", F.row_number().over(latest)).where("n = 1 AND value IS NOT NULL")
+                .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").collect())
 
 
-expected_rows = latest_per_key(read_all())
+def tombstones():
+    return read_all().where("value IS NULL").count()
+
+
+def maintain(label):
+    print(f"--- maintenance pass {label}")
+    reports = run_once(root, out=sys.stdout)
+    if any(r.errors for r in reports):
+        sys.exit("compacted_changelog: error: a maintenance pass failed (see above)")
+    return sum(r.tombstones_dropped for r in reports)
+
+
+failures = []
+
+
+def check(ok, what):
+    print(f"{'ok' if ok else 'NOT OK'}: {what}")
+    if not ok:
+        failures.append(what)
+
+
+for version in range(3):                      # three upserts of every customer
+    upsert(range(1000), version)
+delete(range(0, 1000, 10))                    # customers 0, 10, 20, ... leave: 100 tombstones
+upsert(range(1000, 2000), 0)                  # new customers: the tombstones' segments roll
+
 before = read_all().count()
-print(f"before compaction: {before} records, {len(expected_rows)} live customers")
+check(before == written and tombstones() == 100, f"before compaction: {before} records, 100 tombstones")
+check(latest_per_key(read_all()) == model, f"latest per key = the model's {len(model)} live customers")
 
-kafkalog = [sys.executable, "-m", "kafkalog_ds"]
-for _ in range(2):  # the first run marks tombstones with their delete horizon, the second drops them
-    subprocess.run(kafkalog + ["maintain", root, "--once"], check=True)
+dropped_first = maintain("1")                 # compacts; tombstones kept and marked with their horizon
+after_first = read_all().count()
+check(dropped_first == 0 and tombstones() == 100,
+      f"after the first pass: {after_first} records, the 100 tombstones kept (marked)")
+check(latest_per_key(read_all()) == model, "latest per key unchanged")
 
-after = read_all().count()
-after_rows = latest_per_key(read_all())
-ok = after_rows == expected_rows and after < before
-print(f"after compaction: {after} records; latest per key unchanged: {after_rows == expected_rows}")
-subprocess.run(kafkalog + ["describe", root, "--topic", "customers"], check=True)
+upsert(range(2000, 3000), 0)                  # the changelog goes on: the log is dirty again
+dropped_second = maintain("2")                # past the horizon: the tombstones go
+after_second = read_all().count()
+check(dropped_second == 100 and tombstones() == 0,
+      f"after the second pass: {after_second} records, {dropped_second} tombstones dropped, none left")
+check(latest_per_key(read_all()) == model and after_second < written,
+      f"latest per key unchanged: {len(model)} live customers from {after_second} of {written} records written")
 spark.stop()
-sys.exit(0 if ok else 1)
+sys.exit(1 if failures else 0)

@@ -2,13 +2,23 @@
 # A Kafka-format log on local disk with no broker: create a topic, produce, describe, consume by
 # offset and by timestamp, dump the segment files as kafka-dump-log.sh would, and let kafka-python
 # (an independent Kafka client) read the files back.
+# Usage: bash examples/quickstart.sh [ROOT]    (default ./quickstart-logs, made afresh; a ROOT you
+# give must be new or empty: it is never deleted)
 set -euo pipefail
-ROOT=${1:-./demo-logs}
-rm -rf "$ROOT"
+if [ $# -ge 1 ]; then
+  ROOT=$1
+  if [ -e "$ROOT" ] && [ -n "$(ls -A "$ROOT")" ]; then
+    echo "quickstart: error: $ROOT is not empty; give a new directory" >&2
+    exit 1
+  fi
+else
+  ROOT=./quickstart-logs
+  rm -rf "$ROOT"
+fi
 
 kafkalog topics "$ROOT" --create --topic events --partitions 3 --config segment.bytes=2048 --config index.interval.bytes=512
 
-python - <<'PY' | kafkalog produce "$ROOT" --topic events --compression zstd --batch-size 50
+"${PYTHON:-python}" - <<'PY' | kafkalog produce "$ROOT" --topic events --compression zstd --batch-size 50
 import json
 for i in range(3000):
     print(json.dumps({"key": f"user-{i % 40}", "value": f"event {i}", "timestamp": 1700000000000 + i * 1000,
@@ -25,7 +35,7 @@ kafkalog dump-log "$ROOT/events-0/00000000000000000000.log" | head -4
 kafkalog dump-log "$ROOT/events-0/00000000000000000000.index" | head -4
 
 echo "--- kafka-python reads every segment"
-python - "$ROOT" <<'PY'
+"${PYTHON:-python}" - "$ROOT" <<'PY'
 import glob, sys
 from kafka.record import MemoryRecords
 total = 0

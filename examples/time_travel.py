@@ -1,19 +1,24 @@
 """Time travel: read what a topic held between two timestamps, with the options of Spark's Kafka source.
 
-Run:  python examples/time_travel.py [ROOT]
-It writes a day of hourly readings (timestamps as event time), then asks for 06:00 to 09:00.
+Run:  python examples/time_travel.py [ROOT]          (default ./time-travel-logs, made afresh)
+It writes a day of readings, one a minute (timestamps as event time), then asks for 06:00 to 09:00;
+exit code 1 if that is not the 180 readings written in those three hours.
 """
 
 import os
+import shutil
 import sys
-import tempfile
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="kafkalog-tt-"))
+root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "time-travel-logs")
+if len(sys.argv) <= 1:
+    shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
+elif os.path.exists(root) and os.listdir(root):
+    sys.exit(f"time_travel: error: {root} is not empty; give a new directory")
 spark = (SparkSession.builder.master("local[2]").appName("kafkalog-time-travel")
          .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
@@ -34,5 +39,7 @@ window = (spark.read.format("kafkalog")
           .load(root))
 window.selectExpr("CAST(key AS STRING) AS sensor", "timestamp").groupBy("sensor") \
     .agg({"timestamp": "min", "*": "count"}).orderBy("sensor").show(truncate=False)
-print(f"{window.count()} readings between 06:00 and 09:00 (expected 180)")
+count = window.count()
+print(f"{count} readings between 06:00 and 09:00 (expected 180)")
 spark.stop()
+sys.exit(0 if count == 180 else 1)

@@ -8,7 +8,8 @@
     kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
     kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints
 
-Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2.
+Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2; Ctrl-C
+prints `kafkalog: interrupted` and exits 130.
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from typing import BinaryIO
 
 import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
-from storage.log_manager import LogManager
+from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, TOPIC_FILE_SUFFIX, LogManager
 from storage.storage_options import storage_options_from_cli
-from storage.topic_partition import TopicPartition
+from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_partition_dir, parse_segment_file
 
 from .consume import consume
 from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions
@@ -35,6 +38,7 @@ from .dump_segments import dump_files
 from .produce import DEFAULT_BATCH_SIZE, produce
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+INTERRUPTED = 130  # the exit code for Ctrl-C (128 + SIGINT), as shells report it
 
 
 def _int_at_least(minimum: int | None, what: str):
@@ -200,9 +204,46 @@ def _manager(args) -> LogManager:
 def _existing(args) -> LogManager:
     """A LogManager for a log dir that must already exist (reading commands)."""
     lm = _manager(args)
-    if not lm.fs.isdir(lm.root):
-        raise KafkaStorageError(f"log dir {lm.url()} does not exist")
+    for d in lm.log_dirs:
+        if lm.fs.isdir(d):
+            continue
+        if lm.fs.exists(d):
+            hint = (f"; to print a segment or index file use: kafkalog dump-log {lm.url(d)}"
+                    if parse_segment_file(lm.fs.basename(d)) is not None else "")
+            raise KafkaStorageError(f"{lm.url(d)} is a file, not a log dir (a directory of topic partitions){hint}")
+        if d == lm.root:
+            raise KafkaStorageError(f"log dir {lm.url()} does not exist")
     return lm
+
+
+_LOG_DIR_FILES = (ROOT_LOCK_FILE, "meta.properties") + CHECKPOINT_FILES
+
+
+def not_a_log_dir(lm: LogManager) -> str | None:
+    """Why ROOT is not a log dir, or None. A log dir holds topic files, partition directories (live or
+    being deleted), checkpoint files or its lock file; an empty directory is an empty log dir. A
+    directory holding only other things is not one (a partition directory, a project directory...)."""
+    listings = {d: lm.fs.listdir(d) for d in lm.log_dirs if lm.fs.isdir(d)}
+    tp = parse_partition_dir(lm.fs.basename(lm.root)) if len(lm.log_dirs) == 1 else None
+    if tp is not None and any(parse_segment_file(f.name) is not None for f in listings.get(lm.root, ())):
+        parent = lm.url(lm.fs.dirname(lm.root)) or "."
+        return (f"{lm.url()} is the directory of partition {tp.partition} of topic '{tp.topic}', not a log dir: "
+                f"describe its log dir (kafkalog describe {parent} --topic {tp.topic}), or print its segment "
+                f"files with kafkalog dump-log")
+    others = []
+    for files in listings.values():
+        for f in files:
+            if f.is_dir and parse_log_dir_name(f.name) is not None:
+                return None
+            if not f.is_dir and (f.name.endswith(TOPIC_FILE_SUFFIX) or f.name in _LOG_DIR_FILES):
+                return None
+            others.append(f.name)
+    if not others:
+        return None
+    shown = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
+    return (f"{lm.url()} is not a log dir: it holds no topic files (*{TOPIC_FILE_SUFFIX}), partition "
+            f"directories (<topic>-<partition>) or checkpoint files, only {len(others)} other entr"
+            f"{'y' if len(others) == 1 else 'ies'} ({shown})")
 
 
 # ---------------------------------------------------------------- topics
@@ -288,10 +329,18 @@ def cmd_topics(args, stdin, out, err) -> int:
 # ---------------------------------------------------------------- produce / consume
 
 
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def cmd_produce(args, stdin: BinaryIO, out, err) -> int:
     lm = _manager(args)
     produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
-            create=not args.no_create, partitions=args.partitions)
+            create=not args.no_create, partitions=args.partitions, progress=err if _isatty(err) else None,
+            summary=err)
     return 0
 
 
@@ -354,14 +403,29 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
 
 
+def _json_value(v):
+    """json.dumps' fallback: numpy integers (and anything int-like) as numbers."""
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise TypeError(f"{type(v).__name__} is not JSON serializable") from None
+
+
 def cmd_describe(args, stdin, out, err) -> int:
     lm = _existing(args)
+    problem = not_a_log_dir(lm)
+    if problem:
+        raise KafkaStorageError(problem)
     if args.topic:
         for t in args.topic:
             lm.topic(t)
     doc = lm.describe(args.topic)
-    if args.json:
-        out.write(json.dumps(doc, indent=2) + "\n")
+    if args.json:  # the document only: every message goes to stderr
+        out.write(json.dumps(doc, indent=2, default=_json_value) + "\n")
+        return 0
+    if not doc["topics"]:
+        out.write(f"Log dir: {doc['root']}\n\nNo topics (create one with: kafkalog topics ROOT --create "
+                  f"--topic T, or kafkalog produce ROOT --topic T).\n")
         return 0
     parts, segs = [], []
     total = 0
@@ -424,12 +488,21 @@ def cmd_maintain(args, stdin, out, err) -> int:
 # ---------------------------------------------------------------- entry point
 
 
+def _silence(out) -> None:
+    """Point stdout at /dev/null, so that the flush at exit does not fail again on a pipe nobody reads."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, out.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
 def main(argv: list[str] | None = None, *, stdin: BinaryIO | None = None) -> int:
-    """Run one kafkalog command; returns the exit code (0 ok, 1 error, 2 usage)."""
+    """Run one kafkalog command; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
     out, err = sys.stdout, sys.stderr
     if not logging.getLogger().handlers:  # the engine's warnings (a rebuilt index, a cut tail), one line each
         logging.basicConfig(format="kafkalog: warning: %(message)s", level=logging.WARNING)
@@ -440,12 +513,22 @@ def main(argv: list[str] | None = None, *, stdin: BinaryIO | None = None) -> int
         return args.func(args, stdin, out, err) or 0
     except SystemExit as e:  # argparse: --help (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    except BrokenPipeError:  # `kafkalog consume ... | head`: the reader left; stop quietly
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's code for SIGINT
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None  # a second Ctrl-C
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, out.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+            try:
+                out.flush()  # whole lines: what was printed so far
+            except (OSError, ValueError):  # the reader of a pipe left too
+                _silence(out)
+            err.write("kafkalog: interrupted\n")
+            err.flush()
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, previous)
+        return INTERRUPTED
+    except BrokenPipeError:  # `kafkalog consume ... | head`: the reader left; stop quietly
+        _silence(out)
         return 0
     except (KafkaLogError, OSError) as e:
         try:

@@ -15,6 +15,8 @@ from storage.log_manager import LogManager
 from storage.records.record_batch import TimestampType
 from storage.topic_partition import TopicPartition
 
+from .produce import sigint_deferred
+
 
 def _text_or_base64(b: bytes | None, name: str, flags: list) -> str | None:
     if b is None:
@@ -72,11 +74,30 @@ def consume(lm: LogManager, topic: str, out: TextIO, *, partition: int | None = 
                 for part in output_slices(batch):
                     lines = records_to_json(part, topic, p, ensure_ascii)
                     if lines:
-                        out.write("\n".join(lines) + "\n")
+                        with sigint_deferred():  # Ctrl-C stops between writes: output ends with a whole line
+                            write_whole(out, "\n".join(lines) + "\n")
                     printed += len(lines)
                 if max_messages is not None and printed >= max_messages:
                     return printed
     return printed
+
+
+def write_whole(out: TextIO, text: str) -> None:
+    """Write all of `text`. A signal handled while a write blocks on a full pipe (Ctrl-C held back by
+    sigint_deferred) makes the binary buffer take only part of the bytes, and TextIOWrapper.write drops
+    the rest without a word (CPython 3.11); so the bytes go to the buffer here, until all are taken."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is None or not getattr(out, "encoding", None):
+        out.write(text)
+        return
+    out.flush()  # what the text layer holds goes first
+    data = memoryview(text.encode(out.encoding, out.errors or "strict"))
+    while data.nbytes:
+        n = buffer.write(data)
+        if not n:  # a non-blocking stdout took nothing: wait for it, do not spin
+            buffer.flush()
+            continue
+        data = data[n:]
 
 
 OUTPUT_SLICE_BYTES = 1 << 20  # JSON is made for this many key and value bytes at a time

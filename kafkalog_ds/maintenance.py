@@ -296,11 +296,22 @@ def _maintain_task(tp: tuple, root: str, now: int, storage_options, cleaner_sett
 
 def run_forever(root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None,
                 **kwargs) -> None:
-    """A pass every interval_ms (Kafka's log.retention.check.interval.ms), until interrupted."""
-    while True:
-        started = time.monotonic()
-        run_once(root, out=out, **kwargs)
-        time.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))
+    """A pass every interval_ms (Kafka's log.retention.check.interval.ms), until interrupted.
+
+    Ctrl-C (KeyboardInterrupt) ends the wait between passes at once, or the pass in progress: every
+    step of a pass is crash-safe (a compaction swap is finished or discarded when the partition is next
+    opened), so stopping one mid-way is no worse than a crash. The progress bar is cleared first, so
+    the caller's last line stands alone."""
+    try:
+        while True:
+            started = time.monotonic()
+            run_once(root, out=out, **kwargs)
+            time.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        if out is not None and hasattr(out, "isatty") and out.isatty():
+            out.write("\r\033[K")
+            out.flush()
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import re
+import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO
@@ -350,10 +353,83 @@ class _Piece:
     records: int
 
 
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold back Ctrl-C (SIGINT) until the block is done, then deliver it: an append is never cut in the
+    middle (a KeyboardInterrupt between two writes of one append would leave part of a batch in the
+    segment and the indexes behind it). A no-op off the main thread, where signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)  # to whatever handled it before: KeyboardInterrupt by default
+
+
+class ProduceProgress:
+    """A status line on a terminal while produce reads and appends: records, bytes, records/s. Redrawn
+    at most every PROGRESS_INTERVAL_S; cleared before anything else is printed."""
+
+    PROGRESS_INTERVAL_S = 0.25
+
+    def __init__(self, stream: TextIO | None):
+        self.stream = stream
+        self.started = time.monotonic()
+        self._drawn = self.started  # the first draw after PROGRESS_INTERVAL_S: small inputs show none
+        self._shown = False
+
+    def update(self, text: str, records: int, since: float | None = None) -> None:
+        """Show `text` and the rate of `records` since `since` (default: the start)."""
+        if self.stream is None:
+            return
+        now = time.monotonic()
+        if now - self._drawn < self.PROGRESS_INTERVAL_S:
+            return
+        self._drawn = now
+        rate = records / max(now - (self.started if since is None else since), 1e-9)
+        self.stream.write(f"\r\033[K{text}, {rate:,.0f} records/s")
+        self.stream.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self.stream is not None and self._shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._shown = False
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return ""  # unreachable
+
+
 def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compression: str = "none",
             batch_size: int = DEFAULT_BATCH_SIZE, create: bool = True, partitions: int | None = None,
-            block_bytes: int = BLOCK_BYTES) -> dict[int, tuple[int, int, int]]:
-    """Append JSON-line records to a topic. Returns {partition: (records, first offset, last offset)}."""
+            block_bytes: int = BLOCK_BYTES, progress: TextIO | None = None,
+            summary: TextIO | None = None) -> dict[int, tuple[int, int, int]]:
+    """Append JSON-line records to a topic. Returns {partition: (records, first offset, last offset)}.
+
+    `progress`: a terminal to show a status line on while reading and appending; `summary`: where the
+    closing `Wrote N records (B bytes) to T in S s` line goes. Ctrl-C while appending stops between
+    appends (sigint_deferred): what was appended is whole batches, and its `Wrote ...` lines are printed."""
+    bar = ProduceProgress(progress)
+    try:
+        return _produce(lm, topic, stream, out, compression, batch_size, create, partitions, block_bytes, bar,
+                        summary)
+    finally:
+        bar.clear()
+
+
+def _produce(lm, topic, stream, out, compression, batch_size, create, partitions, block_bytes,
+             bar: ProduceProgress, summary: TextIO | None) -> dict[int, tuple[int, int, int]]:
     validate_topic_name(topic)
     codec = CompressionType.for_name(compression)
     try:
@@ -370,8 +446,10 @@ def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compre
     max_batch = (meta.config if meta is not None else LogConfig()).max_message_bytes
     pieces: dict[int, list[_Piece]] = {}
     null_keys = 0
+    records_in = bytes_in = 0
     with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
         for first_line, block in iter_blocks(stream, block_bytes):
+            bytes_in += len(block)
             parsed = parse_block(block, first_line, topic, num_partitions)
             n = parsed.table.num_rows
             if not n:
@@ -382,24 +460,47 @@ def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compre
                 data, count = _encode(table, rows, parsed.lines, codec, batch_size, max_batch)
                 pieces.setdefault(p, []).append(_Piece(spool.tell(), len(data), count))
                 spool.write(data)
+            records_in += n
+            bar.update(f"reading stdin: {records_in:,} records, {_size(bytes_in)}", records_in)
         if meta is None:
             meta = lm.get_or_create_topic(topic, num_partitions)
             if meta.partitions != num_partitions:
                 raise InvalidInputError(f"topic '{topic}' was created meanwhile with {meta.partitions} partition(s); "
                                         f"nothing was written")
         result = {}
+        written = written_bytes = 0
+        appending_since = time.monotonic()
         for p in sorted(pieces):
             with lm.open_log(TopicPartition(topic, p), writable=True) as log:
                 first = last = None
                 total = 0
-                for piece in pieces[p]:  # per block, not per record
-                    spool.seek(piece.position)
-                    info = log.append(spool.read(piece.length))
-                    first = info.first_offset if first is None else first
-                    last = info.last_offset
-                    total += info.num_records
-            result[p] = (total, first, last)
-            out.write(f"Wrote {total} record{'s' if total != 1 else ''} to {topic}-{p} at offsets {first}..{last}\n")
+                try:
+                    for piece in pieces[p]:  # per block, not per record
+                        spool.seek(piece.position)
+                        data = spool.read(piece.length)
+                        with sigint_deferred():  # all of this block's batches are appended, or none,
+                            info = log.append(data)  # and then counted
+                            first = info.first_offset if first is None else first
+                            last = info.last_offset
+                            total += info.num_records
+                            written += info.num_records
+                            written_bytes += info.valid_bytes
+                        bar.update(f"appending: {written:,} of {records_in:,} records, {_size(written_bytes)}",
+                                   written, since=appending_since)
+                finally:  # also when interrupted: say what was appended
+                    if total:
+                        result[p] = (total, first, last)
+                        bar.clear()
+                        out.write(f"Wrote {total} record{'s' if total != 1 else ''} to {topic}-{p} at offsets "
+                                  f"{first}..{last}\n")
+    if summary is not None:
+        bar.clear()
+        elapsed = time.monotonic() - bar.started
+        if written:
+            summary.write(f"Wrote {written} record{'s' if written != 1 else ''} ({written_bytes} bytes) to "
+                          f"{len(result)} partition(s) of {topic} in {elapsed:.2f} s\n")
+        else:
+            summary.write(f"Wrote 0 records to {topic}: stdin held no records\n")
     return result
 
 

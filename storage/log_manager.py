@@ -40,8 +40,8 @@ from .log_retention import (
 )
 from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
-    TopicPartition, deleted_dir_name, parse_log_dir_name, partition_dir_name, unify_collision_chars,
-    validate_topic_name,
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name, parse_log_dir_name,
+    partition_dir_name, segment_file_name, unify_collision_chars, validate_topic_name,
 )
 
 TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
@@ -192,7 +192,10 @@ class LogManager:
         return [p for p in paths if self.fs.exists(p)]
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
-        """Validate, persist the topic file with a create-only write, and make the partition directories."""
+        """Validate, persist the topic file with a create-only write, and make the partition directories.
+        On a filesystem with append and locks (local disk, memory://) each new partition also gets its
+        first, empty segment files (`00000000000000000000.log`, `.index`, `.timeindex`), as Kafka creates
+        them with the topic. On an object store a segment object exists only once an append creates it."""
         validate_topic_name(topic)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidConfigError(f"topic {topic}: the partition count must be an integer from 1 to "
@@ -214,12 +217,27 @@ class LogManager:
                 if self._locate(TopicPartition(topic, p)) is None:
                     d = min(self.log_dirs, key=lambda d: counts[d])  # min keeps the first of equals
                     counts[d] += 1
-                    self.fs.mkdirs(self.fs.join(d, partition_dir_name((topic, p))))
+                    path = self.fs.join(d, partition_dir_name((topic, p)))
+                    self.fs.mkdirs(path)
+                    self._create_first_segment(path)
         if self.fs.capabilities.fsync:  # the new entries survive a power cut with the data under them
             for d in self.log_dirs:
                 if self.fs.isdir(d):
                     self.fs.sync_dir(d)
         return meta
+
+    def _create_first_segment(self, partition_path: str) -> None:
+        """A new partition's empty segment files at offset 0, as Kafka's topic creation leaves them. Only
+        where segments are appended in place: on an object store an empty active segment lives in memory
+        until an append creates its object. Create-only, so a writer that opened the new directory first
+        (it needs no log dir lock) keeps what it wrote."""
+        caps = self.fs.capabilities
+        if not (caps.append and caps.locks):
+            return
+        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
+            self.fs.create_exclusive(self.fs.join(partition_path, segment_file_name(0, suffix)), b"")
+        if caps.fsync:
+            self.fs.sync_dir(partition_path)
 
     def get_or_create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         try:

@@ -6,9 +6,11 @@ parse of the bytes on disk, and brute-force models of what consume must print.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -473,3 +475,98 @@ def test_topic_names_that_collide_in_metrics_are_refused_and_partition_counts_ar
     assert rc in (1, 2) and "100000" in err and "Traceback" not in err
     assert sorted(os.listdir(root)) == sorted(n for n in os.listdir(root) if not n.startswith("big"))
     assert not any(n.startswith("big") for n in os.listdir(root))
+
+
+# ---------------------------------------------------------------- first run: empty results, summaries
+
+
+def test_describe_json_is_the_document_alone_on_stdout(tmp_path):
+    """`describe --json` in a real process: stdout parses as one JSON document and agrees with the files
+    on disk (each segment's base offset is its file name, its size the file's size); warnings go to stderr."""
+    root = str(tmp_path / "logs")
+    rc = main(["produce", root, "--topic", "j", "--batch-size", "1"],
+              stdin=io.BytesIO(lines_of({"value": f"record {i}"} for i in range(20))))
+    assert rc == 0
+    LogManager(root).alter_topic_config("j", {"segment.bytes": "200"})
+    assert main(["produce", root, "--topic", "j", "--batch-size", "1"],
+                stdin=io.BytesIO(lines_of({"value": f"more {i}"} for i in range(20)))) == 0
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    p = subprocess.run([sys.executable, "-m", "kafkalog_ds", "describe", root, "--json", "--topic", "j"],
+                       capture_output=True, env=env)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # the whole of stdout, nothing before or after
+    (part,) = doc["topics"][0]["partitions"]
+    on_disk = sorted((int(n[:-4]), os.path.getsize(os.path.join(root, "j-0", n)))
+                     for n in os.listdir(os.path.join(root, "j-0")) if n.endswith(".log"))
+    assert [(s["baseOffset"], s["size"]) for s in part["segments"]] == on_disk and len(on_disk) > 2
+    assert part["logEndOffset"] == 40 and part["size"] == sum(size for _, size in on_disk)
+
+
+def test_describe_says_when_root_is_not_a_log_dir(capsys, tmp_path):
+    root = str(tmp_path / "logs")
+    produce(capsys, root, "ev", [{"value": "x"}])
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("not a log")
+    rc, out, err = run(capsys, "describe", str(project))
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"kafkalog: error: {project} is not a log dir") and "notes.txt" in err
+    rc, out, err = run(capsys, "describe", str(project), "--json")
+    assert rc == 1 and out == "" and "is not a log dir" in err
+    # a partition directory: named, with the log dir to describe instead
+    rc, out, err = run(capsys, "describe", os.path.join(root, "ev-0"))
+    assert rc == 1 and out == ""
+    assert "partition 0 of topic 'ev', not a log dir" in err and f"kafkalog describe {root} --topic ev" in err
+    # a file: a clear error, pointing a segment file at dump-log
+    seg = os.path.join(root, "ev-0", SEG + ".log")
+    rc, out, err = run(capsys, "describe", seg)
+    assert rc == 1 and out == "" and f"{seg} is a file, not a log dir" in err and f"kafkalog dump-log {seg}" in err
+    rc, out, err = run(capsys, "consume", str(project / "notes.txt"), "--topic", "ev")
+    assert rc == 1 and "is a file, not a log dir" in err
+    # an empty directory is an empty log dir: it says so
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, out, err = run(capsys, "describe", str(empty))
+    assert rc == 0 and "No topics" in out and err == ""
+    rc, out, err = run(capsys, "describe", str(empty), "--json")
+    assert rc == 0 and json.loads(out) == {"root": str(empty), "topics": []}
+    # a log dir whose topics were all deleted is still a log dir
+    assert run(capsys, "topics", root, "--delete", "--topic", "ev")[0] == 0
+    rc, out, err = run(capsys, "describe", root)
+    assert rc == 0 and "No topics" in out
+
+
+def test_produce_prints_a_summary_on_stderr(capsys, root):
+    rc, out, err = run(capsys, "produce", root, "--topic", "s", "--partitions", "2",
+                       stdin=lines_of({"value": f"v{i}"} for i in range(30)))
+    assert rc == 0 and out.count("Wrote ") == 2
+    size = sum(os.path.getsize(os.path.join(root, f"s-{p}", SEG + ".log")) for p in range(2))
+    assert re.fullmatch(rf"Wrote 30 records \({size} bytes\) to 2 partition\(s\) of s in \d+\.\d\d s\n", err), err
+    rc, out, err = run(capsys, "produce", root, "--topic", "s", stdin=b"\n\n")
+    assert (rc, out, err) == (0, "", "Wrote 0 records to s: stdin held no records\n")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_produce_shows_progress_on_a_terminal_only(capsys, root, monkeypatch):
+    monkeypatch.setattr(console.ProduceProgress, "PROGRESS_INTERVAL_S", 0.0)  # draw on every update
+    monkeypatch.setattr(sys.modules["kafkalog_ds.cli"], "produce",
+                        functools.partial(console.produce, block_bytes=1024))
+    records = lines_of({"value": f"value {i}"} for i in range(500))
+    rc, out, err = run(capsys, "produce", root, "--topic", "p", stdin=records)  # not a terminal: no status line
+    assert rc == 0 and "\r" not in err and "\r" not in out
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    rc = main(["produce", root, "--topic", "p"], stdin=io.BytesIO(records))
+    cap = capsys.readouterr()
+    text = term.getvalue()
+    assert rc == 0 and "\r" not in cap.out
+    drawn = re.findall(r"\r\x1b\[K([^\r]*)", text)
+    assert any(re.fullmatch(r"reading stdin: [\d,]+ records, [\d,.]+ (bytes|KiB), [\d,]+ records/s", d) for d in drawn)
+    assert any(re.fullmatch(r"appending: [\d,]+ of 500 records, [\d,.]+ (bytes|KiB), [\d,]+ records/s", d)
+               for d in drawn), drawn
+    # the line is cleared before the summary, which stands alone at the end
+    assert re.search(r"\r\x1b\[KWrote 500 records \(\d+ bytes\) to 1 partition\(s\) of p in [\d.]+ s\n$", text)
