@@ -459,7 +459,7 @@ class Runner:
         the CPU other processes took meanwhile."""
         side, kind = what.split(":")
         self.n += 1
-        out = os.path.join(self.data, "out", f"{self.n}-{side}-{kind}")
+        out = os.path.join(self.data, "out", f"{os.getpid()}-{self.n}-{side}-{kind}")
         ckpt = out + ".ckpt"
         sp = self.spark
         if side == "sink":
