@@ -29,17 +29,28 @@ class PartitionState:
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
-def topic_partitions(lm: LogManager, opts: SourceOptions) -> list[TopicPartition]:
+def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False) -> list[TopicPartition]:
     """subscribe / subscribePattern / assign, against the topics under ROOT now. A pattern matches a topic
-    when it is found anywhere in the name (Spark's Kafka source: Regex.findFirstIn), so `^...$` anchors it."""
+    when it is found anywhere in the name (Spark's Kafka source: Regex.findFirstIn), so `^...$` anchors it.
+    A topic that is not there reads as empty, as with Spark's Kafka source, with a warning saying so; a
+    batch read of a ROOT that does not exist is an error (a stream may start before its writer)."""
+    if batch and not any(lm.fs.isdir(d) for d in lm.log_dirs):
+        raise UnknownTopicOrPartitionError(f"log dir {lm.url()} does not exist")
     if opts.assign is not None:
         return sorted(TopicPartition(t, p) for t, p in opts.assign if t not in INTERNAL_TOPICS)
     existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
     if opts.subscribe is not None:
         names = [t for t in opts.subscribe if t in existing]
+        missing = [t for t in opts.subscribe if t not in existing]
+        if missing:
+            log.warning("topic(s) %s do not exist in %s (topics there: %s): nothing to read from them",
+                        ", ".join(missing), lm.url(), ", ".join(existing[:20]) or "none")
     else:
         pattern = re.compile(opts.pattern)
         names = [t for t in existing if pattern.search(t)]
+        if not names:
+            log.warning("no topic in %s matches subscribePattern %r (topics there: %s)", lm.url(), opts.pattern,
+                        ", ".join(existing[:20]) or "none")
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 

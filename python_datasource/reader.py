@@ -140,7 +140,7 @@ class KafkaLogBatchReader(DataSourceReader):
     def partitions(self):
         o = self.options
         lm = LogManager(o.path, o.storage_options)
-        states = planning.partition_states(lm, planning.topic_partitions(lm, o), o.fail_on_data_loss)
+        states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True), o.fail_on_data_loss)
         starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
         ends = planning.resolve(lm, o.ending, states, is_start=False)
         rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,

@@ -172,3 +172,26 @@ def test_the_topic_option_overrides_the_topic_column(tmp_path):
     assert lm.topics() == ["chosen"]
     with lm.open_log(TopicPartition("chosen", 0)) as log:
         assert [v for b in log.read_records(0) for v in b.column("value").to_pylist()] == [b"a", b"b"]
+
+
+def test_an_empty_read_says_why(tmp_path, caplog):
+    """A topic that is not there reads as empty, as with Spark's Kafka source, with a warning naming the
+    topics that are; a batch read of a ROOT that does not exist fails."""
+    from storage.errors import UnknownTopicOrPartitionError
+
+    lm = LogManager(str(tmp_path / "logs"))
+    lm.create_topic("events", 1)
+    with caplog.at_level(logging.WARNING):
+        assert topic_partitions(lm, SourceOptions.parse({"path": lm.root, "subscribe": "nosuch"}, streaming=False),
+                                batch=True) == []
+        assert topic_partitions(lm, SourceOptions.parse({"path": lm.root, "subscribePattern": "^x"},
+                                                        streaming=False)) == []
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert "nosuch do not exist" in messages and "topics there: events" in messages
+    assert "no topic in" in messages and "'^x'" in messages
+    nowhere = LogManager(str(tmp_path / "typo"))
+    with pytest.raises(UnknownTopicOrPartitionError, match="typo does not exist"):
+        topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"}, streaming=False),
+                         batch=True)
+    assert topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"},
+                                                         streaming=True)) == []
