@@ -5,12 +5,13 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 
 from storage.errors import InvalidConfigError
-from storage.log_manager import LogManager
 
-from .options import SinkOptions, check_schema
-from .reader import FailedStreamReader, KafkaLogBatchReader, KafkaLogStreamReader, selected_columns, source_schema
-from .source_options import SourceOptions
-from .writer import KafkaLogBatchWriter, KafkaLogStreamWriter
+from .source_options import SourceOptions, source_schema
+
+# Spark runs each method in its own short-lived or reused Python process (schema() and planning on the
+# driver, the writer's commit on the driver, reads and writes on executors): each imports only what it
+# needs, inside the method, so schema() loads no Arrow or log engine and no process loads numba before a
+# kernel runs.
 
 
 class KafkaLogDataSource(DataSource):
@@ -38,12 +39,16 @@ class KafkaLogDataSource(DataSource):
         return source_schema(include == "true")
 
     def reader(self, schema):
+        from .reader import KafkaLogBatchReader, selected_columns
+
         opts = SourceOptions.parse(dict(self.options), streaming=False)
         return KafkaLogBatchReader(opts, selected_columns(schema, opts.include_headers))
 
     def streamReader(self, schema):
         """An invalid option fails the query from initialOffset(): pyspark's stream runner (4.3) would
         hide an error raised here behind an UnboundLocalError of its own."""
+        from .reader import FailedStreamReader, KafkaLogStreamReader, selected_columns
+
         try:
             opts = SourceOptions.parse(dict(self.options), streaming=True)
             if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
@@ -56,7 +61,11 @@ class KafkaLogDataSource(DataSource):
         except InvalidConfigError as e:
             return FailedStreamReader(e)
 
-    def _sink_options(self, schema) -> SinkOptions:
+    def _sink_options(self, schema):
+        from storage.log_manager import LogManager
+
+        from .options import SinkOptions, check_schema
+
         opts = SinkOptions.parse(dict(self.options))
         check_schema(schema, opts)
         if opts.topic is not None:  # create it now, on the driver, so tasks agree on its partition count
@@ -70,11 +79,15 @@ class KafkaLogDataSource(DataSource):
                 "Save mode Overwrite not allowed for kafkalog: a log is only appended to, as Spark's Kafka sink "
                 "allows only Append (and ErrorIfExists, which Spark itself refuses for Python data sources): "
                 "use .mode('append')")
+        from .writer import KafkaLogBatchWriter
+
         opts = self._sink_options(schema)
         return KafkaLogBatchWriter(opts, opts.writer_id())
 
     def streamWriter(self, schema, overwrite: bool):
         """outputMode('complete') arrives as overwrite=True: as Spark's Kafka sink does, every trigger
         appends the whole result table (nothing is truncated)."""
+        from .writer import KafkaLogStreamWriter
+
         opts = self._sink_options(schema)
         return KafkaLogStreamWriter(opts, opts.writer_id())

@@ -15,7 +15,7 @@ from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 
 from . import planning
-from .source_options import SourceOptions
+from .source_options import KAFKA_COLUMNS, SourceOptions, source_schema
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -26,18 +26,6 @@ except ImportError:  # pragma: no cover - pyspark 4.1
     SupportsTriggerAvailableNow = object
 
 log = logging.getLogger(__name__)
-
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                "timestampType int")
-HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
-
-
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
-
-
-def source_schema(include_headers: bool) -> str:
-    return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
-
 
 def kafka_struct():
     """Spark's Kafka source schema with headers, as a StructType built here (workers have no JVM to

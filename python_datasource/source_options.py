@@ -13,6 +13,15 @@ from storage.storage_options import storage_options_from_spark
 from .options import note_unknown_options, refuse_kafka_options
 
 EARLIEST, LATEST = -2, -1
+KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int")
+HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+def source_schema(include_headers: bool) -> str:
+    """Spark's Kafka source schema (a DDL string), with the headers column when asked for."""
+    return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
 
 # Spark's names, for messages (options arrive lowercased)
 SPARK_NAMES = {n.lower(): n for n in (

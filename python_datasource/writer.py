@@ -5,16 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
 )
 
 from storage.log_manager import LogManager
-from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import StagedFile, cleanup_staged, commit_staged
 
 from .options import SINK_COLUMNS, SinkOptions
+
+# The encoder (RecordStager: Arrow, numba kernels) is imported by the tasks that write, not by the
+# driver's commit process, which unpickles this module's classes but only moves staged bytes.
 
 
 @dataclass
@@ -36,7 +37,9 @@ class _StagingWriter:
         self.options = options
         self.writer_id = writer_id
 
-    def _stage(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+    def _stage(self, iterator: Iterator) -> KafkaLogCommitMessage:
+        from storage.staging.record_stager import RecordStager
+
         lm = self._lm()
         stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
                               new_topic_config=self.options.topic_config,
@@ -66,7 +69,7 @@ class _StagingWriter:
 class KafkaLogBatchWriter(_StagingWriter, DataSourceArrowWriter):
     """`df.write.format("kafkalog")`: one commit, under a one-off writer id."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+    def write(self, iterator: Iterator) -> KafkaLogCommitMessage:
         return self._stage(iterator)
 
     def commit(self, messages) -> None:
@@ -79,7 +82,7 @@ class KafkaLogBatchWriter(_StagingWriter, DataSourceArrowWriter):
 class KafkaLogStreamWriter(_StagingWriter, DataSourceStreamArrowWriter):
     """`writeStream.format("kafkalog")`: exactly-once per (query, batch id, partition)."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+    def write(self, iterator: Iterator) -> KafkaLogCommitMessage:
         return self._stage(iterator)
 
     def commit(self, messages, batchId: int) -> None:

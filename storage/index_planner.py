@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 
@@ -24,9 +23,12 @@ class IndexState:
     last_time_entry: int = -1  # timestamp of the time index's last entry
 
 
-@numba.njit(cache=True, nogil=True)
+SMALL_PLAN = 64  # runs of up to this many batches are planned in plain Python (no numba load)
+
+
 def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_off,
-          last_time_entry):  # pragma: no cover - jitted
+          last_time_entry):
+    """The planner: plain Python for a few batches, `_plan_kernel()` (the same code, compiled) for more."""
     n = len(positions)
     off_offsets = np.empty(n, np.int64)
     off_positions = np.empty(n, np.int64)
@@ -53,6 +55,19 @@ def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since,
             bytes_since, max_ts, max_ts_off, last_time_entry)
 
 
+_PLAN_KERNEL = None
+
+
+def _plan_kernel():
+    """_plan compiled by numba (cached on disk), made on first use."""
+    global _PLAN_KERNEL
+    if _PLAN_KERNEL is None:
+        import numba
+
+        _PLAN_KERNEL = numba.njit(cache=True, nogil=True)(_plan)
+    return _PLAN_KERNEL
+
+
 @dataclass
 class IndexPlan:
     offset_entries: tuple[np.ndarray, np.ndarray]  # (absolute offsets, positions)
@@ -63,7 +78,8 @@ class IndexPlan:
 def plan_index_entries(positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
                        max_timestamps: np.ndarray, interval: int, state: IndexState) -> IndexPlan:
     """Index entries for batches at absolute `positions` in a segment, given the running state."""
-    out = _plan(np.ascontiguousarray(positions, np.int64), np.ascontiguousarray(sizes, np.int64),
+    plan = _plan if len(positions) <= SMALL_PLAN else _plan_kernel()
+    out = plan(np.ascontiguousarray(positions, np.int64), np.ascontiguousarray(sizes, np.int64),
                 np.ascontiguousarray(last_offsets, np.int64), np.ascontiguousarray(max_timestamps, np.int64),
                 np.int64(interval), np.int64(state.bytes_since_last_entry), np.int64(state.max_timestamp),
                 np.int64(state.offset_of_max_timestamp), np.int64(state.last_time_entry))

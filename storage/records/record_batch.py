@@ -13,7 +13,6 @@ import struct
 from dataclasses import dataclass
 
 import crc32c as _crc32c
-import numba
 import numpy as np
 
 from ..errors import CorruptRecordError
@@ -206,8 +205,12 @@ SCAN_PARTIAL = 1  # the buffer ends inside a batch (a torn tail, or a read that 
 SCAN_BAD_LENGTH = 2  # a batchLength below the minimum or above the limit
 
 
-@numba.njit(cache=True, nogil=True)
-def _walk_batches(buf, start, end, max_batch_size, max_batches):  # pragma: no cover - jitted
+SMALL_WALK = 32  # a scan walks this many batches in plain Python before it loads the numba kernel
+
+
+def _walk_batches(buf, start, end, max_batch_size, max_batches):
+    """The batch walk: plain Python here (also for the first SMALL_WALK batches of any scan, so a process
+    that only looks at a few batches never loads numba); `_walk_kernel()` is the same code compiled."""
     positions = np.empty(max_batches, np.int64)
     n = 0
     pos = start
@@ -234,6 +237,28 @@ def _walk_batches(buf, start, end, max_batch_size, max_batches):  # pragma: no c
         n += 1
         pos += size
     return positions[:n], pos, reason
+
+
+_WALK_KERNEL = None
+
+
+def _walk_kernel():
+    """_walk_batches compiled by numba (cached on disk), made on first use."""
+    global _WALK_KERNEL
+    if _WALK_KERNEL is None:
+        import numba
+
+        _WALK_KERNEL = numba.njit(cache=True, nogil=True)(_walk_batches)
+    return _WALK_KERNEL
+
+
+def _walk(arr, start: int, end: int, max_batch_size: int, max_batches: int):
+    """Positions of the complete batches in arr[start:end]: up to SMALL_WALK in Python, the rest compiled."""
+    positions, stop, reason = _walk_batches(arr, start, end, max_batch_size, min(max_batches, SMALL_WALK))
+    if len(positions) < SMALL_WALK or max_batches <= SMALL_WALK or stop >= end:
+        return positions, stop, reason
+    more, stop, reason = _walk_kernel()(arr, stop, end, max_batch_size, max_batches - len(positions))
+    return np.concatenate((positions, more)), stop, reason
 
 
 @dataclass
@@ -279,7 +304,7 @@ def scan_batches(buf, start: int = 0, end: int | None = None, *, max_batch_size:
     end = len(arr) if end is None else end
     if max_batches is None:
         max_batches = max(1, (end - start) // RECORD_BATCH_OVERHEAD + 1)
-    positions, stop, reason = _walk_batches(arr, start, end, max_batch_size, max_batches)
+    positions, stop, reason = _walk(arr, start, end, max_batch_size, max_batches)
     if reason == SCAN_OK and stop != end:
         reason = SCAN_PARTIAL if end - stop > 0 else SCAN_OK
     if len(positions) and end - start >= 0:
