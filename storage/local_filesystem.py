@@ -84,6 +84,7 @@ class _LocalAppender(Appender):
             raise KafkaStorageError(f"cannot open {path} for append: {e.strerror}") from e
         self._path = path
         self._size = os.fstat(self._fd).st_size
+        self._unsynced = False  # bytes written or cut through this descriptor since its last fsync
 
     def write(self, data) -> None:
         view = memoryview(data)
@@ -91,14 +92,17 @@ class _LocalAppender(Appender):
             n = os.write(self._fd, view)
             view = view[n:]
             self._size += n
+            self._unsynced = True
 
     def flush(self, fsync: bool = True) -> None:
-        if fsync:
+        if fsync and self._unsynced:  # one fsync per file that changed, however many flushes ask for it
             os.fsync(self._fd)
+            self._unsynced = False
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
         self._size = size
+        self._unsynced = True
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -8,10 +8,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pyarrow as pa
+
+if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process that only appends
+    import pyarrow
 
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
@@ -94,6 +96,7 @@ class Log:
         self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
+        self.dir_changed = True  # entries made, renamed or removed since the directory was last fsynced
         self.closed = False
 
     # ------------------------------------------------------------------ state
@@ -275,6 +278,7 @@ class Log:
             raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
                                     f"segment {self._bases[-1]} exists")
         seg = LogSegment.create(self.fs, self.dir, base, **self.segment_kwargs())
+        self.dir_changed = True
         if self.track_batches:
             seg.appended = []
         self._segments.append(seg)
@@ -287,6 +291,7 @@ class Log:
         active = self.active_segment
         if active.size == 0:
             active.delete()
+            self.dir_changed = True
             self._segments.pop()
             self._bases.pop()
         else:
@@ -325,6 +330,7 @@ class Log:
             self.fs.write_at(src_log, s.positions, (s.base_offsets + first).astype(">i8").tobytes(), durable=True)
             for src, dst in names:  # the .log first: a crash leaves at most indexes to rebuild
                 self.fs.rename(self.fs.join(s.dir, src), self.fs.join(self.dir, dst))
+            self.dir_changed = True
             seg = LogSegment(self.fs, self.dir, base, log_size=s.size, **self.segment_kwargs())
             if self._segments:
                 self._segments[-1].rolled = True
@@ -352,9 +358,10 @@ class Log:
             return
         if not self.immutable:  # immutable segments are whole and durable once created
             for seg in self._segments[-2:]:
-                seg.flush(fsync=True)
-            if self.fs.capabilities.fsync:
+                seg.flush(fsync=True)  # each file only if it changed since its last fsync
+            if self.fs.capabilities.fsync and self.dir_changed:
                 self.fs.sync_dir(self.dir)
+                self.dir_changed = False
         self.recovery_point = self._next_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
@@ -419,7 +426,7 @@ class Log:
             raise self.tail_error  # everything before the damage was served; the damage is not skipped
 
     def read_records(self, start_offset: int, max_offset: int | None = None, *,
-                     skip_control: bool = True) -> Iterator[pa.RecordBatch]:
+                     skip_control: bool = True) -> Iterator["pyarrow.RecordBatch"]:
         """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA), with
         memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold."""
         from .records.decoder import iter_decoded
@@ -505,6 +512,7 @@ class Log:
             seg = self._segments.pop()
             self._bases.pop()
             seg.delete()
+            self.dir_changed = True
         self.active_segment.truncate_to(offset)
         self._next_offset = offset
         self.recovery_point = min(self.recovery_point, offset)

@@ -66,6 +66,7 @@ class LogLoader:
         self.lock_timeout = lock_timeout
         self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self.report = LoadReport()
+        self.dir_changed = False  # a file made, renamed or removed here: the writer's next flush syncs the dir
 
     def _kwargs(self) -> dict:
         return segment_settings(self.config)
@@ -107,6 +108,7 @@ class LogLoader:
             if not segments:
                 if self.writable and not immutable:
                     segments = [LogSegment.create(self.fs, self.dir, start, **self._kwargs())]
+                    self.dir_changed = True
                 else:  # immutable: the empty active segment exists only in memory until an append creates it
                     segments = [LogSegment(self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0,
                                            **self._kwargs())]
@@ -126,10 +128,12 @@ class LogLoader:
                 # an empty active segment below the log start offset: start afresh at it
                 segments[-1].delete()
                 segments[-1] = LogSegment.create(self.fs, self.dir, next_offset, **self._kwargs())
+                self.dir_changed = True
             recovery_point = min(max(self.recovery_point, start), next_offset) if not self.writable else next_offset
             log = Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
                       recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
             log.tail_error = tail_error
+            log.dir_changed = self.dir_changed
             if self.writable:
                 log.producer_state = producer_state_for(log)
                 self.report.resolved_commits = log.producer_state.resolve_pending(log)
@@ -175,6 +179,7 @@ class LogLoader:
 
     def _remove(self, path: str) -> None:
         self.fs.delete(path)
+        self.dir_changed = True
         self.report.removed.append(self.fs.basename(path))
 
     def _apply_swap_plan(self, plan: LocalSwapPlan) -> None:
@@ -183,6 +188,7 @@ class LogLoader:
         segments they cover. Each step is a rename or a delete that a crash may interrupt: the next
         load plans again from what is there."""
         fs, d = self.fs, self.dir
+        self.dir_changed = True
         for b, error in plan.damaged:
             src = fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))
             log.warning("%s: set aside as %s.damaged; the segments it would have replaced stay: %s",

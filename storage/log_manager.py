@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Iterable
 
 from .checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
-    OffsetCheckpointFile,
+    CorruptCheckpointError, OffsetCheckpointFile,
 )
 from .errors import (
     InvalidConfigError, InvalidTopicError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError,
@@ -43,6 +44,8 @@ from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name, parse_log_dir_name,
     partition_dir_name, segment_file_name, unify_collision_chars, validate_topic_name,
 )
+
+logger = logging.getLogger(__name__)
 
 TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
 LOG_DIRS_PREFIX = "log.dirs="  # ROOT naming several log dirs: log.dirs=/disk1/logs,/disk2/logs
@@ -379,7 +382,7 @@ class LogManager:
                                                    f"does not exist")
         files = self._checkpoints[self._log_dir_of_path(dir)]
         key = (tp.topic, tp.partition)
-        recovery = files[RECOVERY_POINT_CHECKPOINT_FILE].read().get(key, 0)
+        recovery = self._recovery_points(files).get(key, 0)
         start = files[LOG_START_OFFSET_CHECKPOINT_FILE].read().get(key, 0)
         log = LogLoader(self.fs, dir, tp, config or meta.config, recovery_point=recovery, log_start_offset=start,
                         writable=writable, lock_timeout=lock_timeout, create_dir=False).load()
@@ -407,15 +410,27 @@ class LogManager:
         files = self._checkpoints[log_dir]
         with self._dir_lock(log_dir):
             if recovery_points:
-                cur = files[RECOVERY_POINT_CHECKPOINT_FILE].read()
-                cur.update({tuple(k): v for k, v in recovery_points.items()})
-                files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur)
+                cur = self._recovery_points(files)
+                new = {tuple(k): v for k, v in recovery_points.items() if cur.get(tuple(k)) != v}
+                if new:  # a hint (recovery only rereads more without it): written without an fsync
+                    cur.update(new)
+                    files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur, durable=False)
             if log_start_offsets:
                 cur = files[LOG_START_OFFSET_CHECKPOINT_FILE].read()
                 changed = {tuple(k): v for k, v in log_start_offsets.items() if cur.get(tuple(k), 0) != v}
                 if changed:
                     cur.update(changed)
                     files[LOG_START_OFFSET_CHECKPOINT_FILE].write(cur)
+
+    @staticmethod
+    def _recovery_points(files: dict) -> dict:
+        """A log dir's recovery points. The file is written without an fsync, so after a crash it may be
+        damaged: then every partition is recovered from its start (slower, never wrong)."""
+        try:
+            return files[RECOVERY_POINT_CHECKPOINT_FILE].read()
+        except CorruptCheckpointError as e:
+            logger.warning("%s; recovering the partitions of this log dir from their start", e)
+            return {}
 
     def _prune_checkpoints(self, topic: str) -> None:
         """Drop a topic's entries from every checkpoint file. The caller holds the first log dir's lock."""

@@ -102,10 +102,10 @@ class ProducerStateManager:
     def entry(self, writer_id: int) -> WriterEntry:
         return self.writers.setdefault(writer_id, WriterEntry())
 
-    def save(self) -> None:
+    def save(self, *, durable: bool = True) -> None:
         doc = {"version": 1, "writers": {str(w): {**asdict(e), "pending": asdict(e.pending) if e.pending else None}
                                          for w, e in sorted(self.writers.items())}}
-        self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode())
+        self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode(), durable=durable)
 
     def begin(self, writer_id: int, batch_id: int, first_offset: int, next_offset: int) -> None:
         """Durably mark a commit as under way before any of its bytes are appended."""
@@ -115,17 +115,19 @@ class ProducerStateManager:
         self.save()
 
     def complete(self, writer_id: int) -> None:
+        """Record a commit whose bytes are durable as done. This write needs no fsync: if a crash loses
+        it, the commit is still pending on disk, and resolve_pending finds all its bytes and completes it."""
         e = self.entry(writer_id)
         if e.pending is not None:
             e.committed_batch_id, e.committed_next_offset = e.pending.batch_id, e.pending.next_offset
             e.pending = None
         e.updated_ms = int(time.time() * 1000)
-        self.save()
+        self.save(durable=False)
 
     def forget(self, writer_id: int) -> None:
-        """Drop a one-off writer (a batch write) once its commit is done."""
+        """Drop a one-off writer (a batch write) once its commit is done (no fsync: see complete)."""
         if self.writers.pop(writer_id, None) is not None:
-            self.save()
+            self.save(durable=False)
 
     def first_unstable_offset(self) -> int | None:
         """Where the earliest commit still pending began (Kafka's firstUnstableOffset), or None: the
