@@ -139,3 +139,32 @@ def test_commit_removes_its_files_and_older_orphans_but_not_newer_staging(root):
     commit_staged(lm, 3, 0, [used])
     left = {f for f in os.listdir(root) if f.startswith(".kafkalog-staged-")}
     assert left == {newer.name, other.name}
+
+
+def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark(root, monkeypatch):
+    """Durability without waste: the pending mark (its file and the directory) is durable before the
+    appended bytes, then the .log and its indexes are fsynced once each; nothing else is."""
+    import storage.local_filesystem as lfs
+
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    commit_staged(lm, 7, 0, [stage(lm, 7, table(0, 10))])
+    staged = stage(lm, 7, table(10, 2000))
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(lfs.os, "fsync", fsync)
+    commit_staged(lm, 7, 1, [staged])
+    names = [os.path.basename(p) for p in synced]
+    d = os.path.join(root, "t-0")
+    kinds = ["state" if n.startswith("kafkalog-producer-state.json") else n.split(".", 1)[-1] if "." in n
+             else ("partition dir" if os.path.join(root, n) == d else "dir") for n in names]
+    assert kinds[:2] == ["state", "partition dir"], kinds  # the pending mark, durable first
+    rest = kinds[2:]  # then each file that changed, once: the .log, and the indexes that got entries
+    assert "log" in rest and len(rest) == len(set(rest)) and set(rest) <= {"log", "index", "timeindex"}, kinds
+    with lm.open_log(TopicPartition("t", 0)) as log:
+        assert log.log_end_offset == 2000
