@@ -111,12 +111,7 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
                 _check_staged(lm, piece)
             first = plog.log_end_offset
             state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces))
-            for piece in pieces:
-                if piece.adopt and _same_log_dir(lm, piece, plog.dir):
-                    plog.adopt_segments(list(piece.segments))
-                else:
-                    for data in read_staged(lm, piece):
-                        plog.append(data)
+            _append_pieces(lm, plog, pieces)
             state.complete(writer_id)
             if ephemeral:
                 state.forget(writer_id)
@@ -124,6 +119,31 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
             result.records += sum(p.records for p in pieces)
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
+
+
+def _append_pieces(lm: LogManager, plog, pieces: list[StagedPartition]) -> None:
+    """Adopt the big staging logs; copy the others with as few appends as APPEND_CHUNK_BYTES allows (each
+    append flushes, so the tasks' small pieces of a partition go in together: one fsync per file)."""
+    pending: list[bytearray] = []
+    size = 0
+
+    def flush_pending():
+        nonlocal pending, size
+        if pending:
+            plog.append(pending[0] if len(pending) == 1 else bytearray(b"".join(pending)))
+        pending, size = [], 0
+
+    for piece in pieces:
+        if piece.adopt and _same_log_dir(lm, piece, plog.dir):
+            flush_pending()
+            plog.adopt_segments(list(piece.segments))
+            continue
+        for data in read_staged(lm, piece):
+            if size and size + len(data) > APPEND_CHUNK_BYTES:
+                flush_pending()
+            pending.append(data)
+            size += len(data)
+    flush_pending()
 
 
 def _commit_immutable(lm: LogManager, tp: TopicPartition, pieces: list[StagedPartition], writer_id: int,
