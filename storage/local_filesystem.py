@@ -75,9 +75,30 @@ class _LocalReader(FileReader):
             self._fd = -1
 
 
+DIRECT_BLOCK = 4096  # O_DIRECT alignment of file offsets, lengths and buffers (ext4/xfs on 512 or 4K sectors)
+DIRECT_MIN_WRITE = 1 << 20  # a bulk appender writes at least this much at once past the page cache
+_DIRECT_CHUNK = 4 << 20  # bytes per O_DIRECT write, through a page-aligned per-thread buffer
+_direct_local = threading.local()
+
+
+def _direct_buffer() -> memoryview:
+    """This thread's page-aligned buffer for O_DIRECT writes (an anonymous mmap is page-aligned)."""
+    buf = getattr(_direct_local, "buf", None)
+    if buf is None:
+        import mmap
+
+        buf = _direct_local.buf = memoryview(mmap.mmap(-1, _DIRECT_CHUNK))
+    return buf
+
+
 class _LocalAppender(Appender):
-    def __init__(self, path: str, create: bool):
-        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
+    """O_APPEND writes. A bulk appender (a write-once staging segment) sends writes of DIRECT_MIN_WRITE
+    or more around the page cache with O_DIRECT where the filesystem takes it: the whole 4 KiB blocks
+    directly, the partial last block buffered. Filling page-cache pages costs more CPU than encoding
+    the records did, and the fsync at the end then has little left to write."""
+
+    def __init__(self, path: str, create: bool, bulk: bool = False):
+        flags = (os.O_RDWR if bulk else os.O_WRONLY) | os.O_APPEND | (os.O_CREAT if create else 0)
         try:
             self._fd = os.open(path, flags, 0o644)
         except OSError as e:
@@ -85,14 +106,62 @@ class _LocalAppender(Appender):
         self._path = path
         self._size = os.fstat(self._fd).st_size
         self._unsynced = False  # bytes written or cut through this descriptor since its last fsync
+        self._direct = bulk and bool(getattr(os, "O_DIRECT", 0)) and hasattr(os, "pwritev")
+        self._direct_fd = -1
 
     def write(self, data) -> None:
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
+        if self._direct and view.nbytes >= DIRECT_MIN_WRITE and self._write_direct(view):
+            return
         while view.nbytes:
             n = os.write(self._fd, view)
             view = view[n:]
             self._size += n
             self._unsynced = True
+
+    def _write_direct(self, view: memoryview) -> bool:
+        """Write view at the end of the file through O_DIRECT; False (nothing written) where the
+        filesystem refuses it, and this appender stays buffered from then on."""
+        if self._direct_fd < 0:
+            try:
+                self._direct_fd = os.open(self._path, os.O_WRONLY | os.O_DIRECT)
+            except OSError:  # e.g. tmpfs: EINVAL
+                self._direct = False
+                return False
+        start = self._size
+        head = start % DIRECT_BLOCK
+        first = start - head  # the block holding the end of the file is rewritten whole
+        prefix = os.pread(self._fd, head, first) if head else b""
+        if len(prefix) != head:
+            raise KafkaStorageError(f"{self._path}: expected {start} bytes, found {first + len(prefix)}")
+        whole = (head + view.nbytes) // DIRECT_BLOCK * DIRECT_BLOCK  # bytes from `first` in whole blocks
+        buf = _direct_buffer()
+        buf[:head] = prefix
+        filled, taken, at = head, 0, first
+        while at < first + whole:
+            n = min(len(buf), first + whole - at) - filled
+            buf[filled:filled + n] = view[taken:taken + n]
+            taken += n
+            filled += n
+            try:
+                written = os.pwritev(self._direct_fd, [buf[:filled]], at)
+            except OSError as e:
+                if e.errno == errno.EINVAL and at == first:  # alignment refused: nothing was written
+                    self._direct = False
+                    return False
+                raise
+            if written != filled:
+                raise KafkaStorageError(f"{self._path}: short O_DIRECT write at {at}: {written} of {filled} bytes")
+            at += filled
+            filled = 0
+            self._unsynced = True
+        self._size = first + whole
+        rest = view[taken:]
+        while rest.nbytes:  # the partial last block, through the page cache (O_APPEND: at the new end)
+            n = os.write(self._fd, rest)
+            rest = rest[n:]
+            self._size += n
+        return True
 
     def flush(self, fsync: bool = True) -> None:
         if fsync and self._unsynced:  # one fsync per file that changed, however many flushes ask for it
@@ -105,6 +174,9 @@ class _LocalAppender(Appender):
         self._unsynced = True
 
     def close(self) -> None:
+        if self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -200,8 +272,8 @@ class LocalFileSystem(LogFileSystem):
             os.close(fd)
         return True
 
-    def open_appender(self, path, *, create=True):
-        return _LocalAppender(path, create)
+    def open_appender(self, path, *, create=True, bulk=False):
+        return _LocalAppender(path, create, bulk)
 
     def write_at(self, path, positions, data, *, durable=True):
         width = len(data) // max(1, len(positions))
@@ -358,7 +430,7 @@ class MemoryFileSystem(LogFileSystem):
             self._fs.pipe_file(path, bytes(data))
             return True
 
-    def open_appender(self, path, *, create=True):
+    def open_appender(self, path, *, create=True, bulk=False):
         return _MemoryAppender(self, path, create)
 
     def write_at(self, path, positions, data, *, durable=True):

@@ -90,6 +90,7 @@ class Log:
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
         self.producer_state = None  # a writer's ProducerStateManager, set by the loader
         self.track_batches = False  # a staging log records batch positions for adopt_segments
+        self.bulk_writes = False  # ... and writes its segments past the OS cache (LogSegment.bulk_writes)
         self._segment_metadata: dict | None = None  # an immutable log's hint entries (segment_metadata.py)
         self._lost_race = False  # an immutable append lost its segment name: this Log's view is stale
         self.tail_error = None  # a reader's: the last segment ends in a damaged batch (LogSegment.scan_tail)
@@ -281,6 +282,7 @@ class Log:
         self.dir_changed = True
         if self.track_batches:
             seg.appended = []
+        seg.bulk_writes = self.bulk_writes
         self._segments.append(seg)
         self._bases.append(base)
         return seg

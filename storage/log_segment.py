@@ -69,6 +69,7 @@ class LogSegment:
         self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
         self.rolled = False  # no longer the active segment: set by the Log
         self.appended: list | None = None  # (positions, base offsets) of appended batches, when tracked
+        self.bulk_writes = False  # a write-once staging segment: big appends may bypass the OS cache
         self._reader = None  # FileReader of the .log, opened with the indexes' on first read
 
     @classmethod
@@ -441,7 +442,7 @@ class LogSegment:
         plan = plan_index_entries(positions, scan.sizes, scan.last_offsets,
                                   scan.headers["max_timestamp"].astype(np.int64), self.index_interval_bytes, state)
         if self._appender is None:
-            self._appender = self.fs.open_appender(self.log_path)
+            self._appender = self.fs.open_appender(self.log_path, bulk=self.bulk_writes)
             if self._appender.size != self._size:
                 raise CorruptRecordError(
                     f"segment changed under us: expected {self._size} bytes, found {self._appender.size}",

@@ -102,9 +102,9 @@ class CrashingFS(LogFileSystem):
         self._tick(f"create_exclusive {self.basename(path)}")
         return self.inner.create_exclusive(path, data)
 
-    def open_appender(self, path, *, create=True):
+    def open_appender(self, path, *, create=True, bulk=False):
         self._tick(f"open_appender {self.basename(path)}")
-        return _CrashingAppender(self, self.inner.open_appender(path, create=create))
+        return _CrashingAppender(self, self.inner.open_appender(path, create=create, bulk=bulk))
 
     def truncate(self, path, size):
         self._tick(f"truncate {self.basename(path)}")

@@ -519,7 +519,7 @@ class ObjectStoreFileSystem(LogFileSystem):
     def sync_dir(self, path):
         """No-op: a completed PUT is durable and visible."""
 
-    def open_appender(self, path, *, create=True) -> Appender:
+    def open_appender(self, path, *, create=True, bulk=False) -> Appender:
         raise KafkaStorageError(f"{self.url(path)}: cannot append: the object store has no append "
                                 f"(capabilities.append is False); write a new object instead")
 

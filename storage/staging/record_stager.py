@@ -97,7 +97,7 @@ class RecordStager:
 
     def __init__(self, lm: LogManager, writer_id: int, *, topic: str | None, compression: CompressionType,
                  new_topic_config: dict | None = None, new_topic_partitions: int = 1, task_index: int = 0,
-                 max_batch_bytes: int | None = None):
+                 max_batch_bytes: int | None = None, compression_level: int | None = None):
         self.lm = lm
         self.writer_id = writer_id
         self.topic = topic
@@ -106,6 +106,7 @@ class RecordStager:
         self.new_topic_partitions = new_topic_partitions
         self.task_index = task_index
         self.max_batch_bytes = max_batch_bytes
+        self.compression_level = compression_level  # None: the topic's compression.<codec>.level
         self.name = staged_name(writer_id)
         self._dirs: set[str] = set()  # this task's staging directory in each log dir it wrote to
         self._logs: dict[TopicPartition, tuple[Log | _ObjectStaging, int]] = {}  # staging log, rows staged
@@ -189,8 +190,11 @@ class RecordStager:
             parts = parts[order]  # (a stable sort of int16 is a radix sort)
             body = body.take(pa.array(order))
         starts = np.concatenate(([0], np.flatnonzero(parts[1:] != parts[:-1]) + 1, [n]))
+        level = self.compression_level
+        if level is None:
+            level = self._configs[topic].compression_level(self.compression)
         for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
-            data, scan = encode_records(body.slice(a, b - a), compression=self.compression,
+            data, scan = encode_records(body.slice(a, b - a), compression=self.compression, compression_level=level,
                                         producer_id=self.writer_id, producer_epoch=0, max_batch_bytes=max_bytes)
             self._write(topic, int(parts[a]), data, scan, b - a)
 
@@ -212,9 +216,10 @@ class RecordStager:
             else:
                 seg = LogSegment.create(fs, d, 0, **segment_settings(config))
                 seg.appended = []
+                seg.bulk_writes = True
                 staging = Log(fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0,
                               writable=True)
-                staging.track_batches = True
+                staging.track_batches = staging.bulk_writes = True
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
         staging.append(data, built=scan)
