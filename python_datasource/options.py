@@ -65,6 +65,8 @@ class SinkOptions:
     checkpoint_location: str | None = None
     lock_timeout_s: float = 600.0  # how long a commit waits for another writer's partition lock
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
+    compression_level: int | None = None  # compression.<codec>.level, as Kafka's producer takes it
+
 
     @classmethod
     def parse(cls, options: dict) -> "SinkOptions":
@@ -100,8 +102,11 @@ class SinkOptions:
         except ValueError:
             raise InvalidConfigError(f"option 'lockTimeoutMs' must be a non-negative integer, got "
                                      f"{opts['locktimeoutms']!r}") from None
+        level_key = f"compression.{codec.name.lower()}.level"  # the producer's level (KIP-390)
+        level = LogConfig.from_dict({level_key: opts[level_key]}).compression_level(codec) if level_key in opts \
+            else None
         return cls(path, topic, codec, partitions, topic_config, opts.get("checkpointlocation"), lock_timeout_s,
-                   storage_options_from_spark(opts))
+                   storage_options_from_spark(opts), level)
 
     def writer_id(self) -> int:
         """Stable per streaming query (derived from its checkpoint location); fresh for a batch write."""

@@ -42,6 +42,7 @@ class _StagingWriter:
 
         lm = self._lm()
         stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
+                              compression_level=self.options.compression_level,
                               new_topic_config=self.options.topic_config,
                               new_topic_partitions=self.options.partitions, task_index=_task_index())
         try:

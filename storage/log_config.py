@@ -412,6 +412,16 @@ class LogConfig:
             return None
         return CompressionType.for_name(self.compression_type)
 
+    def compression_level(self, codec) -> int | None:
+        """compression.<codec>.level for gzip and zstd; None where the codec has no level here (lz4's
+        frames use the fast compressor; Kafka's gzip -1 is zlib's default)."""
+        name = getattr(codec, "name", str(codec)).lower()
+        if name == "zstd":
+            return self.compression_zstd_level
+        if name == "gzip" and self.compression_gzip_level != -1:
+            return self.compression_gzip_level
+        return None
+
     @property
     def timestamp_type(self):
         from .records.record_batch import TimestampType

@@ -172,7 +172,7 @@ def _prepare(table, now_ms):
 
 def _encode(table, *, compression, base_offset, timestamp_type, producer_id, producer_epoch,
             base_sequence, partition_leader_epoch, is_transactional, delete_horizon_ms, now_ms,
-            max_batch_bytes, split) -> tuple[np.ndarray, BatchScan]:
+            max_batch_bytes, split, compression_level=None) -> tuple[np.ndarray, BatchScan]:
     compression = CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
     timestamp_type = TimestampType(timestamp_type)
     if is_transactional and producer_id == -1:
@@ -242,7 +242,8 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     starts = cum[bounds[:-1]]
     K.write_records(scratch, starts, bounds, nb, *args)
     view = memoryview(scratch)
-    compressed = compress_many(compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist())])
+    compressed = compress_many(compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist())],
+                               level=compression_level)
     sizes = np.fromiter((memoryview(data).nbytes for data in compressed), np.int64, nb)
     if sizes.max() > _NO_SPLIT_LIMIT - RECORD_BATCH_OVERHEAD:
         raise RecordTooLargeError(f"a batch compresses to {int(sizes.max())} bytes, beyond a batch's int32 length")
@@ -280,9 +281,10 @@ def encode_records(table, *, compression=CompressionType.NONE, base_offset=0,
                    timestamp_type=TimestampType.CREATE_TIME, producer_id=-1, producer_epoch=-1,
                    base_sequence=-1, partition_leader_epoch=-1, is_transactional=False,
                    delete_horizon_ms=None, now_ms=None,
-                   max_batch_bytes=DEFAULT_MAX_BATCH_BYTES) -> tuple[np.ndarray, BatchScan]:
+                   max_batch_bytes=DEFAULT_MAX_BATCH_BYTES, compression_level=None) -> tuple[np.ndarray, BatchScan]:
     """build_records without the copy to bytes: the encoded buffer (a writable uint8 array) and its
-    BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs."""
+    BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs.
+    compression_level: the codec's level (Kafka's compression.<codec>.level); None for Kafka's default."""
     if max_batch_bytes < MIN_BATCH_BYTES:
         raise InvalidConfigError(f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "
                                  f"(a {RECORD_BATCH_OVERHEAD}-byte header and one empty record)")
@@ -290,7 +292,8 @@ def encode_records(table, *, compression=CompressionType.NONE, base_offset=0,
                    producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
                    partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
                    delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
-                   max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT), split=True)
+                   max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT), split=True,
+                   compression_level=compression_level)
 
 
 def build_batch(table, *, compression=CompressionType.NONE, base_offset=0,
