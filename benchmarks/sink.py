@@ -1,7 +1,7 @@
 """Spark sink throughput: writeStream.format("kafkalog") beside Spark's built-in parquet file sink.
 
 Run: python benchmarks/sink.py [--rows N] [--input-partitions P] [--topic-partitions T] [--runs R]
-                               [--compressed lz4:snappy] [--source files --batches B]
+                               [--compressed lz4:snappy] [--level L] [--source files --batches B]
 One SparkSession (local[2]); every sink gets the same streaming input with trigger(availableNow=True):
 the "rate-micro-batch" source (one micro-batch of N rows over P partitions; the plain "rate" source
 reads nothing under availableNow), or with --source files, N rows staged once as P parquet files per
@@ -148,6 +148,8 @@ class Bench:
         if sink == "kafkalog":
             w = (w.format("kafkalog").option("topic", TOPIC).option("partitions", self.args.topic_partitions)
                  .option("compression.type", codec))
+            if self.args.level is not None and codec in ("zstd", "gzip"):
+                w = w.option(f"compression.{codec}.level", self.args.level)
         elif sink == "parquet":
             w = w.format("parquet").option("compression", codec)
         else:
@@ -239,6 +241,8 @@ def main(argv=None) -> None:
     parser.add_argument("--compressed", action="append", metavar="KAFKALOG:PARQUET",
                         help="compressed pair(s) to compare (default zstd:snappy, parquet's default codec)")
     parser.add_argument("--no-compressed", action="store_true", help="only the uncompressed pair")
+    parser.add_argument("--level", type=int, default=None,
+                        help="compression.<codec>.level of kafkalog's zstd or gzip runs (default: Kafka's)")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a fresh temp dir)")
     parser.add_argument("--s3", action="store_true", help="only the kafkalog sink, into moto's S3 server in this "
                                                          "process: requests per commit instead of speed")
@@ -292,6 +296,10 @@ def main(argv=None) -> None:
             ratio = best["parquet", pq][0] / best["kafkalog", kl][0]
             ceiling = best["parquet", pq][0] / best["python", "noop"][0]
             print(f"kafkalog {kl} / parquet {pq}: {ratio:.2f}x rows/s (python noop / parquet {pq}: {ceiling:.2f}x)")
+        for kl, _ in pairs:
+            floor = best["python", "noop"][0] / best["kafkalog", kl][0]
+            extra = best["kafkalog", kl][1] - best["python", "noop"][1]
+            print(f"kafkalog {kl} / python noop (the floor): {floor:.2f}x rows/s, {extra:+.2f} cpu s")
         print(f"load average (1 min) before/after: {load0:.2f} / {load1:.2f}")
     finally:
         spark.stop()

@@ -62,9 +62,9 @@ def _plan_kernel():
     """_plan compiled by numba (cached on disk), made on first use."""
     global _PLAN_KERNEL
     if _PLAN_KERNEL is None:
-        import numba
+        from .jit import njit
 
-        _PLAN_KERNEL = numba.njit(cache=True, nogil=True)(_plan)
+        _PLAN_KERNEL = njit(nogil=True)(_plan)
     return _PLAN_KERNEL
 
 

@@ -15,7 +15,7 @@ other 50 + 1) counts the distinct keys of the range to map, so that the table is
 
 from __future__ import annotations
 
-import numba
+from ..jit import njit
 import numpy as np
 
 from ..records._record_kernels import (
@@ -44,12 +44,12 @@ _TOP = np.uint64(1 << 63)
 NEED_ROOM = -1  # status: the batch did not fit (load limit or probe distance); grow or stop before it
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _rotl(x, r):
     return (x << _U(r)) | (x >> _U(64 - r))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _fmix(k):
     k ^= k >> _U(33)
     k *= _F1
@@ -59,7 +59,7 @@ def _fmix(k):
     return k
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _u64le(d, p):
     v = _U(0)
     for i in range(8):
@@ -67,7 +67,7 @@ def _u64le(d, p):
     return v
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def murmur3_128(d, start, n):  # pragma: no cover - jitted
     """MurmurHash3_x64_128 of d[start:start+n], seed 0: (h1, h2) as uint64."""
     h1 = _U(0)
@@ -120,7 +120,7 @@ def murmur3_128(d, start, n):  # pragma: no cover - jitted
     return h1, h2
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _slot(h1, h2, n):
     """(home slot, stored remainder) of a key in a table of n < 2**32 slots: (h1 * n) >> 64, h2 >> 8."""
     nn = _U(n)
@@ -128,7 +128,7 @@ def _slot(h1, h2, n):
     return np.int64(hi >> _U(32)), h2 >> _U(8)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _hll_add(regs, h1):
     idx = np.int64(h1 >> _U(HLL_RANK_BITS))
     w = h1 << _U(HLL_BITS)
@@ -143,7 +143,7 @@ def _hll_add(regs, h1):
         regs[idx] = r
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _insert(tags, offs, n, home, rem, off):
     """Insert or raise a key's offset. 1: new key, 0: updated, NEED_ROOM: probe limit (table unchanged)."""
     pos = home
@@ -185,7 +185,7 @@ def _insert(tags, offs, n, home, rem, off):
     return 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _lookup(tags, offs, n, home, rem):
     """The stored relative offset of a key, or -1."""
     pos = home
@@ -207,7 +207,7 @@ def _lookup(tags, offs, n, home, rem):
             pos = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def put_keys(data, starts, lengths, offsets, base, tags, offs, n, size, max_size):  # pragma: no cover
     """Insert keys data[starts[i]:starts[i]+lengths[i]] -> offsets[i] (null keys: length -1, skipped).
     Returns (keys done, new size, status); stops before the key that would pass max_size."""
@@ -225,7 +225,7 @@ def put_keys(data, starts, lengths, offsets, base, tags, offs, n, size, max_size
     return starts.shape[0], size, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def get_keys(data, starts, lengths, base, tags, offs, n):  # pragma: no cover - jitted
     """Offsets stored for keys (-1: absent or null key)."""
     out = np.full(starts.shape[0], -1, np.int64)
@@ -240,7 +240,7 @@ def get_keys(data, starts, lengths, base, tags, offs, n):  # pragma: no cover - 
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _frame(src, p, end, last_delta, prev_delta):
     """One record at p: (err, begin, attributes pos, timestampDelta, offsetDelta pos, offsetDelta,
     key start, key length, value length, end). Header bytes are not walked: they are copied whole."""
@@ -280,7 +280,7 @@ def _frame(src, p, end, last_delta, prev_delta):
     return 0, begin, attr, tsd, od_pos, od, ks, kl, vl, rend
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset, base,
                 tags, offs, n, size, max_size):  # pragma: no cover - jitted
     """Pass 1: put every keyed record with offset >= min_offset of the mappable batches into the table.
@@ -319,7 +319,7 @@ def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, ma
     return area_start.shape[0], size, reads, 0, 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def hll_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset,
                 regs):  # pragma: no cover - jitted
     """Count into HyperLogLog registers the keys map_batches would put (same records, same hash).
@@ -346,7 +346,7 @@ def hll_batches(src, area_start, area_end, counts, last_deltas, base_offsets, ma
     return reads, 0, 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def hll_keys(data, starts, lengths, regs):  # pragma: no cover - jitted
     """Count keys data[starts[i]:starts[i]+lengths[i]] (length -1: null, skipped) into HLL registers."""
     for i in range(starts.shape[0]):
@@ -362,7 +362,7 @@ REWRITE = 2  # kept records re-framed, same baseTimestamp
 REWRITE_STAMPED = 3  # kept records re-framed against a new delete horizon (KIP-534)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, has_horizon, horizon,
                    may_stamp, tags, offs, n, map_base, map_end, now, new_horizon, out):  # pragma: no cover - jitted
     """Pass 2: decide every record and write the records of rewritten batches into `out`.

@@ -8,7 +8,7 @@ bounds-checked; errors come back as (code, position) so Python can raise with co
 
 from __future__ import annotations
 
-import numba
+from ..jit import njit
 import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
@@ -39,7 +39,7 @@ P_BATCH_TOO_LARGE = 3  # no splitting allowed and the batch is larger than the l
 MIN_RECORD_BYTES = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def varint_size(v):
     """Bytes of the zigzag varint of int64 `v`."""
     u = np.uint64((v << 1) ^ (v >> 63))
@@ -50,7 +50,7 @@ def varint_size(v):
     return n
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def write_varint(out, pos, v):
     u = np.uint64((v << 1) ^ (v >> 63))
     while u >= _U0x80:
@@ -61,7 +61,7 @@ def write_varint(out, pos, v):
     return pos + 1
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def read_varint(buf, pos, end, max_bytes):
     """Zigzag varint (max_bytes 5) or varlong (10) at pos; returns (value, next) or (0, -1) if
     it runs past `end`, (0, -2) if too long. A 5-byte varint keeps its low 32 bits, as Java does."""
@@ -102,7 +102,7 @@ def _memcpy(typingctx, dst, dpos, src, spos, n):
     return sig, codegen
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def copy_bytes(dst, dpos, src, spos, n):
     """dst[dpos:dpos+n] = src[spos:spos+n]; callers have bounds-checked both ranges."""
     _memcpy(dst, np.int64(dpos), src, np.int64(spos), np.int64(n))
@@ -110,7 +110,7 @@ def copy_bytes(dst, dpos, src, spos, n):
 
 # ----------------------------------------------------------------------------------------- encode
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def plan_batches(ts, key_len, val_len, hstart, hcount, hk_len, hv_len, use_fixed_base, fixed_base,
                  max_batch_bytes, split, overhead):  # pragma: no cover - jitted
     """Size every record and split rows greedily into batches of at most max_batch_bytes.
@@ -168,7 +168,7 @@ def plan_batches(ts, key_len, val_len, hstart, hcount, hk_len, hv_len, use_fixed
     return body, sizes, bounds, nb, 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def write_records(out, rec_pos, bounds, nbatches, body, ts, use_fixed_base, fixed_base,
                   key_start, key_len, key_data, val_start, val_len, val_data,
                   hstart, hcount, hk_start, hk_len, hk_data, hv_start, hv_len, hv_data):  # pragma: no cover
@@ -210,7 +210,7 @@ def write_records(out, rec_pos, bounds, nbatches, body, ts, use_fixed_base, fixe
     return p
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def put_rows(out, positions, rows):  # pragma: no cover - jitted
     """out[positions[i]:positions[i] + rows.shape[1]] = rows[i] (batch headers, CRC fields)."""
     width = rows.shape[1]
@@ -222,7 +222,7 @@ def put_rows(out, positions, rows):  # pragma: no cover - jitted
 
 # ----------------------------------------------------------------------------------------- decode
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _grow(a, need):
     cap = a.shape[1]
     while cap < need:
@@ -232,7 +232,7 @@ def _grow(a, need):
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def frame_records(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, ts_override,
                   min_offset, last_offset):  # pragma: no cover - jitted
     """Walk the records of every batch (record area b is src[area_start[b]:area_end[b]]).
@@ -341,7 +341,7 @@ def frame_records(src, area_start, area_end, counts, last_deltas, base_offsets, 
     return recs, hdrs, n, m, OK, 0, 0
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _offsets(lens, n):
     """Arrow int32 offsets for lengths (-1 = null, no bytes), or (offsets, -1) past int32."""
     offsets = np.empty(n + 1, np.int32)
@@ -357,7 +357,7 @@ def _offsets(lens, n):
     return offsets, total
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def gather_records(src, recs, n, hdrs, m):  # pragma: no cover - jitted
     """Copy keys, values, header keys and header values of framed records into Arrow buffers in one
     sweep over src. Returns (ok, ko, kd, vo, vd, hko, hkd, hvo, hvd, lo); ok False if a column

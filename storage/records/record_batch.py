@@ -246,9 +246,9 @@ def _walk_kernel():
     """_walk_batches compiled by numba (cached on disk), made on first use."""
     global _WALK_KERNEL
     if _WALK_KERNEL is None:
-        import numba
+        from ..jit import njit
 
-        _WALK_KERNEL = numba.njit(cache=True, nogil=True)(_walk_batches)
+        _WALK_KERNEL = njit(nogil=True)(_walk_batches)
     return _WALK_KERNEL
 
 

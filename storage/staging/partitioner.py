@@ -7,7 +7,7 @@ because no library ships Kafka's variant of the hash in vectorized form.
 
 from __future__ import annotations
 
-import numba
+from ..jit import njit
 import numpy as np
 import pyarrow as pa
 
@@ -23,7 +23,7 @@ _S16 = np.uint64(16)
 _INT_MAX = 2**31 - 1
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _murmur2_u32(data, start, end):  # pragma: no cover - jitted
     """Kafka's murmur2 of data[start:end] as an unsigned 32-bit value (all math in uint64, masked)."""
     length = end - start
@@ -53,7 +53,7 @@ def _murmur2_u32(data, start, end):  # pragma: no cover - jitted
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _partition_kernel(offsets, data, validity, bit_offset, has_validity, num_partitions, null_start,
                       out):  # pragma: no cover - jitted
     """Fill out[i] for each key; returns -1 on success or the index of a key whose offsets are bad."""
