@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .jit import lazy_kernel
+
 
 @dataclass
 class IndexState:
@@ -55,17 +57,7 @@ def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since,
             bytes_since, max_ts, max_ts_off, last_time_entry)
 
 
-_PLAN_KERNEL = None
-
-
-def _plan_kernel():
-    """_plan compiled by numba (cached on disk), made on first use."""
-    global _PLAN_KERNEL
-    if _PLAN_KERNEL is None:
-        from .jit import njit
-
-        _PLAN_KERNEL = njit(nogil=True)(_plan)
-    return _PLAN_KERNEL
+_plan_kernel = lazy_kernel(_plan, nogil=True)  # _plan compiled by numba (cached on disk), made on first use
 
 
 @dataclass

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import tempfile
 
-import numba
-
 
 def _no_locator(exc: RuntimeError) -> bool:
     return "no locator available" in str(exc)
@@ -21,6 +19,7 @@ def _no_locator(exc: RuntimeError) -> bool:
 
 def njit(**kwargs):
     """numba.njit(cache=True, **kwargs), falling back as the module docstring says."""
+    import numba  # here, so that importing this module (for lazy_kernel) loads no numba
 
     def wrap(fn):
         try:
@@ -39,3 +38,17 @@ def njit(**kwargs):
         return numba.njit(cache=False, **kwargs)(fn)
 
     return wrap
+
+
+def lazy_kernel(fn, **kwargs):
+    """A getter for njit(**kwargs)(fn), compiled (or loaded from the cache) on its first call: code that
+    runs fn in plain Python for small inputs never pays for numba."""
+    kernel = None
+
+    def get():
+        nonlocal kernel
+        if kernel is None:
+            kernel = njit(**kwargs)(fn)
+        return kernel
+
+    return get

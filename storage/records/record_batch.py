@@ -16,6 +16,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..errors import CorruptRecordError
+from ..jit import lazy_kernel
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
@@ -239,17 +240,7 @@ def _walk_batches(buf, start, end, max_batch_size, max_batches):
     return positions[:n], pos, reason
 
 
-_WALK_KERNEL = None
-
-
-def _walk_kernel():
-    """_walk_batches compiled by numba (cached on disk), made on first use."""
-    global _WALK_KERNEL
-    if _WALK_KERNEL is None:
-        from ..jit import njit
-
-        _WALK_KERNEL = njit(nogil=True)(_walk_batches)
-    return _WALK_KERNEL
+_walk_kernel = lazy_kernel(_walk_batches, nogil=True)  # compiled by numba (cached on disk) on first use
 
 
 def _walk(arr, start: int, end: int, max_batch_size: int, max_batches: int):
