@@ -31,10 +31,23 @@ SEG = "00000000000000000000.log"
 WAIT_S = 120  # a bound for a condition that should hold within a second or two: a hang fails, never a race
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # so Python installs its KeyboardInterrupt handler
+
+
+@pytest.fixture(autouse=True)
+def sigint_delivered():
+    """A run started in the background by a non-interactive shell inherits SIGINT ignored (and Python
+    then keeps it ignored): give this process, and the commands it starts, Ctrl-C as a terminal would."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def kafkalog(*args, **kw):
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.update(kw.pop("env", {}))
-    return subprocess.Popen([sys.executable, "-m", "kafkalog_ds", *args], env=env, **kw)
+    return subprocess.Popen([sys.executable, "-m", "kafkalog_ds", *args], env=env, preexec_fn=_sigint_default, **kw)
 
 
 def wait_for(condition, what: str, proc=None):
