@@ -105,14 +105,15 @@ def _record_after(lm, tp, rep) -> None:
 
 def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = None,
                        storage_options: dict | None = None, cleaner_settings: dict | None = None,
-                       lease: MaintenanceLease | None = None, fs=None) -> PartitionReport:
+                       lease: MaintenanceLease | None = None, fs=None, lm: LogManager | None = None) -> PartitionReport:
     """Retention, compaction and delayed deletes for one partition (on object stores also the merge of
     small segments, under `lease`, the job's MaintenanceLease). Failures are reported, not raised, so one
-    bad partition does not stop the others; the next pass retries it."""
+    bad partition does not stop the others; the next pass retries it. A pass gives its LogManager (`lm`),
+    inside its snapshot(), so that topic and checkpoint files are read once per pass, not per partition."""
     t0 = time.monotonic()
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     rep = PartitionReport(tp.topic, tp.partition)
-    lm = LogManager(root, storage_options, fs=fs)
+    lm = lm if lm is not None else LogManager(root, storage_options, fs=fs)
     if not lm.fs.capabilities.locks:
         try:
             _maintain_objects(lm, tp, rep, now, CleanerConfig.from_dict(cleaner_settings or {}), lease)
@@ -253,8 +254,9 @@ def run_once(root: str, *, topics: list[str] | None = None, now_ms: int | None =
 
 
 def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, lease, fs) -> list[PartitionReport]:
-    names = topics if topics is not None else lm.topics()
-    tps = [tp for t in names for tp in lm.partitions(t)]
+    with lm.snapshot():
+        names = topics if topics is not None else lm.topics()
+        tps = [tp for t in names for tp in lm.partitions(t)]
     progress = _Progress(out, len(tps)) if out is not None else None
     if spark is not None and tps:
         held = None if lease is None else (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
@@ -266,12 +268,13 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
                 progress.report(rep)
     else:
         reports = []
-        for tp in tps:
-            rep = maintain_partition(root, tp, now_ms=now, storage_options=storage_options,
-                                     cleaner_settings=cleaner_settings, lease=lease, fs=fs)
-            reports.append(rep)
-            if progress:
-                progress.report(rep)
+        with lm.snapshot():
+            for tp in tps:
+                rep = maintain_partition(root, tp, now_ms=now, storage_options=storage_options,
+                                         cleaner_settings=cleaner_settings, lease=lease, fs=fs, lm=lm)
+                reports.append(rep)
+                if progress:
+                    progress.report(rep)
     ok = [r for r in reports if not r.skipped and not any(e.startswith(("open", "reopen", "lease")) for e in r.errors)]
     recovery = {} if lease is not None else {(r.topic, r.partition): r.recovery_point for r in ok}
     lm.update_checkpoints(recovery, {(r.topic, r.partition): r.log_start_offset for r in ok})

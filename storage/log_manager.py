@@ -143,6 +143,34 @@ class LogManager:
                              for d in self.log_dirs}
         self.recovery_checkpoint = self._checkpoints[self.root][RECOVERY_POINT_CHECKPOINT_FILE]
         self.log_start_checkpoint = self._checkpoints[self.root][LOG_START_OFFSET_CHECKPOINT_FILE]
+        self._memo: dict | None = None  # inside snapshot(): what was read, reused
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """Inside, log dir listings, topic files and checkpoint files are read once and reused, so a pass
+        over N partitions (planning, describe, maintenance) costs O(N), not O(N) per partition. Answers
+        are as of the first read, as if the pass had run a moment earlier; every change made through this
+        LogManager forgets them. Writable opens always read the checkpoints afresh."""
+        if self._memo is not None:
+            yield self
+            return
+        self._memo = {}
+        try:
+            yield self
+        finally:
+            self._memo = None
+
+    def _memoized(self, key, load):
+        if self._memo is None:
+            return load()
+        if key not in self._memo:
+            self._memo[key] = load()
+        return self._memo[key]
+
+    def forget_snapshot(self) -> None:
+        """A change was made: what snapshot() read so far may be stale (a no-op outside snapshot())."""
+        if self._memo is not None:
+            self._memo.clear()
 
     def url(self, path: str | None = None) -> str:
         if path is None:
@@ -163,6 +191,10 @@ class LogManager:
         if not self.fs.capabilities.locks:
             return contextlib.nullcontext()
         return self.fs.lock(path, timeout=timeout)
+
+    def read_checkpoint(self, file: OffsetCheckpointFile) -> dict:
+        """A checkpoint file's entries, read once inside snapshot(): do not modify the result."""
+        return self._memoized(("checkpoint", file.path), file.read)
 
     def checkpoint_file(self, name: str, log_dir: str | None = None) -> OffsetCheckpointFile:
         """A checkpoint file (recovery point, log start offset, cleaner offset) of one log dir (default: first)."""
@@ -190,9 +222,17 @@ class LogManager:
 
     def _topic_files(self, topic: str) -> list[str]:
         """The topic's metadata files that exist, first log dir first."""
+        name = topic_file_name(topic)
+        if self._memo is not None:
+            return [self.fs.join(d, name) for d in self.log_dirs if name in self._names(d, False)]
         self._list_log_dirs()
-        paths = [self.fs.join(d, topic_file_name(topic)) for d in self.log_dirs]
+        paths = [self.fs.join(d, name) for d in self.log_dirs]
         return [p for p in paths if self.fs.exists(p)]
+
+    def _names(self, log_dir: str, dirs: bool) -> frozenset:
+        """Names of the directories (dirs) or files in a log dir's listing (inside snapshot())."""
+        return self._memoized(("names", log_dir, dirs),
+                              lambda: frozenset(f.name for f in self._listing(log_dir) if f.is_dir == dirs))
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         """Validate, persist the topic file with a create-only write, and make the partition directories.
@@ -200,6 +240,7 @@ class LogManager:
         first, empty segment files (`00000000000000000000.log`, `.index`, `.timeindex`), as Kafka creates
         them with the topic. On an object store a segment object exists only once an append creates it."""
         validate_topic_name(topic)
+        self.forget_snapshot()
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidConfigError(f"topic {topic}: the partition count must be an integer from 1 to "
                                      f"{MAX_PARTITIONS}, got {partitions!r}")
@@ -251,11 +292,20 @@ class LogManager:
             except TopicExistsError:  # another process won the race
                 return self.topic(topic)
 
+    def _listing(self, log_dir: str) -> list:
+        """A log dir's entries ([] when it does not exist)."""
+        def load():
+            try:
+                return self.fs.listdir(log_dir)
+            except FileNotFoundError:
+                return []
+        return self._memoized(("listdir", log_dir), load)
+
     def _live_dirs(self) -> dict[TopicPartition, list[str]]:
         """Every live partition directory, by partition (more than one path: the same partition in two dirs)."""
         out: dict[TopicPartition, list[str]] = {}
         for d in self.log_dirs:
-            for f in self.fs.listdir(d):
+            for f in self._listing(d):
                 if not f.is_dir:
                     continue
                 parsed = parse_log_dir_name(f.name)
@@ -279,7 +329,7 @@ class LogManager:
     def topics(self) -> list[str]:
         names = set(self._partition_dirs())
         for d in self.log_dirs:
-            for f in self.fs.listdir(d):
+            for f in self._listing(d):
                 if f.is_dir or not f.name.endswith(TOPIC_FILE_SUFFIX):
                     continue
                 stem = f.name[: -len(TOPIC_FILE_SUFFIX)]
@@ -298,6 +348,9 @@ class LogManager:
         return sorted(names)
 
     def topic(self, topic: str) -> TopicMetadata:
+        return self._memoized(("topic", topic), lambda: self._read_topic(topic))
+
+    def _read_topic(self, topic: str) -> TopicMetadata:
         for path in self._topic_files(topic)[:1]:
             try:
                 doc = json.loads(self.fs.read(path))
@@ -313,6 +366,7 @@ class LogManager:
         return TopicMetadata(topic, max(parts) + 1, LogConfig(), None, persisted=False)
 
     def alter_topic_config(self, topic: str, set_config: dict, delete_keys: Iterable[str] = ()) -> TopicMetadata:
+        self.forget_snapshot()
         meta = self.topic(topic)
         overrides = {k: v for k, v in meta.config.overrides.items() if k not in set(delete_keys)}
         overrides.update({k: str(v) for k, v in set_config.items()})
@@ -326,8 +380,11 @@ class LogManager:
     def _locate(self, tp: TopicPartition) -> str | None:
         """The partition's directory in whichever log dir holds it, or None."""
         name = partition_dir_name(tp)
-        self._list_log_dirs()
-        found = [p for p in (self.fs.join(d, name) for d in self.log_dirs) if self.fs.isdir(p)]
+        if self._memo is not None:
+            found = [self.fs.join(d, name) for d in self.log_dirs if name in self._names(d, True)]
+        else:
+            self._list_log_dirs()
+            found = [p for p in (self.fs.join(d, name) for d in self.log_dirs) if self.fs.isdir(p)]
         if len(found) > 1:
             raise KafkaStorageError(f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
                                     f"{self.url(found[0])} and {self.url(found[1])}; remove one of them")
@@ -357,6 +414,7 @@ class LogManager:
     def _create_partition_dir(self, tp: TopicPartition) -> str:
         """Make a missing partition directory, under the first log dir's lock so that a topic deletion or
         another writer placing it elsewhere cannot interleave."""
+        self.forget_snapshot()
         with self._dir_lock(self.root):
             self._check_partition(tp)  # the topic may have been deleted since
             path = self.partition_dir(tp)
@@ -367,6 +425,8 @@ class LogManager:
                  config: LogConfig | None = None) -> Log:
         """Load a partition. A writable Log holds the partition lock until close() and records the
         recovery point and log start offset in its log dir's checkpoint files when it closes."""
+        if writable:
+            self.forget_snapshot()  # a writer reads the checkpoints afresh, and may make the partition directory
         meta = self._check_partition(tp)
         dir = self._locate(tp)
         if dir is None:
@@ -380,22 +440,33 @@ class LogManager:
             else:
                 raise UnknownTopicOrPartitionError(f"partition directory {self.url(self.partition_dir(tp))} "
                                                    f"does not exist")
-        files = self._checkpoints[self._log_dir_of_path(dir)]
+        log_dir = self._log_dir_of_path(dir)
+        files = self._checkpoints[log_dir]
         key = (tp.topic, tp.partition)
-        recovery = self._recovery_points(files).get(key, 0)
-        start = files[LOG_START_OFFSET_CHECKPOINT_FILE].read().get(key, 0)
+        recovery = self._memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
+        start = self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(key, 0)
         log = LogLoader(self.fs, dir, tp, config or meta.config, recovery_point=recovery, log_start_offset=start,
                         writable=writable, lock_timeout=lock_timeout, create_dir=False).load()
         if writable:
             log._on_close = self._record_checkpoints
         return log
 
+    def checkpointed_log_start(self, tp: TopicPartition) -> int | None:
+        """The partition's entry in its log dir's log-start-offset-checkpoint (None: it has none)."""
+        path = self._locate(tp)
+        log_dir = self._log_dir_of_path(path) if path is not None else self.root
+        files = self._checkpoints[log_dir]
+        return self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(
+            (tp.topic, tp.partition))
+
     def _record_checkpoints(self, log: Log) -> None:
         self._update_dir_checkpoints(self._log_dir_of_path(log.dir), {log.tp: log.recovery_point},
                                      {log.tp: log.log_start_offset})
 
     def update_checkpoints(self, recovery_points: dict, log_start_offsets: dict) -> None:
-        """Merge entries into the checkpoint files of the log dirs holding the partitions (under each dir's lock)."""
+        """Merge entries into the checkpoint files of the log dirs holding the partitions (under each dir's lock).
+        A log start offset is only ever raised here: the values come from a pass that may have read them
+        before a delete-records moved one, and must not undo it."""
         by_dir: dict[str, tuple[dict, dict]] = {}
         for i, entries in enumerate((recovery_points, log_start_offsets)):
             for k, v in entries.items():
@@ -404,9 +475,11 @@ class LogManager:
                 d = self._log_dir_of_path(path) if path is not None else self.root
                 by_dir.setdefault(d, ({}, {}))[i][tp] = v
         for d, (rps, lsos) in by_dir.items():
-            self._update_dir_checkpoints(d, rps, lsos)
+            self._update_dir_checkpoints(d, rps, lsos, raise_starts_only=True)
 
-    def _update_dir_checkpoints(self, log_dir: str, recovery_points: dict, log_start_offsets: dict) -> None:
+    def _update_dir_checkpoints(self, log_dir: str, recovery_points: dict, log_start_offsets: dict, *,
+                                raise_starts_only: bool = False) -> None:
+        self.forget_snapshot()
         files = self._checkpoints[log_dir]
         with self._dir_lock(log_dir):
             if recovery_points:
@@ -417,7 +490,8 @@ class LogManager:
                     files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur, durable=False)
             if log_start_offsets:
                 cur = files[LOG_START_OFFSET_CHECKPOINT_FILE].read()
-                changed = {tuple(k): v for k, v in log_start_offsets.items() if cur.get(tuple(k), 0) != v}
+                changed = {tuple(k): v for k, v in log_start_offsets.items()
+                           if (cur.get(tuple(k), 0) < v if raise_starts_only else cur.get(tuple(k), 0) != v)}
                 if changed:
                     cur.update(changed)
                     files[LOG_START_OFFSET_CHECKPOINT_FILE].write(cur)
@@ -434,6 +508,7 @@ class LogManager:
 
     def _prune_checkpoints(self, topic: str) -> None:
         """Drop a topic's entries from every checkpoint file. The caller holds the first log dir's lock."""
+        self.forget_snapshot()
         for d in self.log_dirs:
             with (contextlib.nullcontext() if d == self.root else self._dir_lock(d)):
                 for f in self._checkpoints[d].values():
@@ -510,6 +585,7 @@ class LogManager:
         removed after the topic's file.delete.delay.ms (remove_deleted_topic_dirs). Each partition's write lock
         is taken first, so a commit in progress finishes whole; if one stays locked past `lock_timeout`
         seconds nothing is deleted. Returns the renamed directories."""
+        self.forget_snapshot()
         meta = self.topic(topic)
         now = _now_ms() if now_ms is None else now_ms
         live = sorted((tp, path) for tp, paths in self._live_dirs().items() if tp.topic == topic for path in paths)
@@ -546,6 +622,7 @@ class LogManager:
 
     def remove_deleted_topic_dirs(self, *, now_ms: int | None = None) -> list[str]:
         """Remove deleted topics' `-delete` directories whose delay has passed (Kafka's kafka-delete-logs task)."""
+        self.forget_snapshot()
         out = []
         for d in self.log_dirs:
             out += remove_expired_delete_dirs(self.fs, d, now_ms=now_ms)
@@ -555,6 +632,11 @@ class LogManager:
     def describe(self, topics: Iterable[str] | None = None) -> dict:
         """Topics, partitions, log start/end offsets, segments and bytes (read-only)."""
         out = {"root": self.url(), "topics": []}
+        with self.snapshot():
+            self._describe_into(out, topics)
+        return out
+
+    def _describe_into(self, out: dict, topics: Iterable[str] | None) -> None:
         for name in (topics if topics is not None else self.topics()):
             meta = self.topic(name)
             t = {"topic": name, "partitions": [], "config": meta.config.overrides, "topicId": meta.topic_id}
@@ -574,4 +656,3 @@ class LogManager:
                                      or s is log.active_segment],
                     })
             out["topics"].append(t)
-        return out

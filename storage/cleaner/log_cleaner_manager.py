@@ -126,7 +126,7 @@ class LogCleanerManager:
 
     # ------------------------------------------------------------------ checkpoint
     def checkpoints(self) -> dict[TopicPartition, int]:
-        return {TopicPartition(*k): v for k, v in self.checkpoint.read().items()}
+        return {TopicPartition(*k): v for k, v in self.lm.read_checkpoint(self.checkpoint).items()}
 
     def update_checkpoint(self, tp: TopicPartition, offset: int | None) -> None:
         """Set (or with None remove) a partition's first dirty offset; read-merge-write under the root lock.
@@ -135,6 +135,7 @@ class LogCleanerManager:
         update puts another partition's entry back to an older, smaller offset (or drops a new one),
         which only makes its next cleaning re-read data that was clean already."""
         fs = self.lm.fs
+        self.lm.forget_snapshot()
         fs.mkdirs(self.lm.root)
         lock = (fs.lock(fs.join(self.lm.root, ROOT_LOCK_FILE), timeout=60) if fs.capabilities.locks
                 else contextlib.nullcontext())
