@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from storage.errors import KafkaLogError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
+from storage.log_offsets import LogOffsetsCache
 from storage.topic_partition import TopicPartition
 
 from .source_options import EARLIEST, LATEST, OffsetSpec, SourceOptions
@@ -54,11 +55,17 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 
-def partition_states(lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool) -> dict:
-    """Log start and end offsets per partition; a missing assigned partition is data loss."""
+def partition_states(lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool,
+                     cache: LogOffsetsCache | None = None) -> dict:
+    """Log start and end offsets per partition; a missing assigned partition is data loss. A stream
+    reader passes its cache, so that partitions whose files did not change are not reopened."""
     out = {}
     for tp in tps:
         try:
+            if cache is not None:
+                snap = cache.offsets(lm, tp)
+                out[tp] = PartitionState(snap.log_start_offset, snap.log_end_offset)
+                continue
             with lm.open_log(tp) as plog:
                 out[tp] = PartitionState(plog.log_start_offset, plog.log_end_offset)
         except UnknownTopicOrPartitionError as e:

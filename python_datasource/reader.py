@@ -12,6 +12,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from storage.errors import InvalidConfigError, OffsetOutOfRangeError
 from storage.log_manager import LogManager
+from storage.log_offsets import LogOffsetsCache
 from storage.topic_partition import TopicPartition
 
 from . import planning
@@ -127,12 +128,13 @@ class KafkaLogBatchReader(DataSourceReader):
 
     def partitions(self):
         o = self.options
-        lm = LogManager(o.path, o.storage_options)
-        states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True), o.fail_on_data_loss)
-        starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
-        ends = planning.resolve(lm, o.ending, states, is_start=False)
-        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
-                            o.max_records_per_partition)
+        with LogManager(o.path, o.storage_options).snapshot() as lm:  # topic and checkpoint files read once
+            states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True),
+                                               o.fail_on_data_loss)
+            starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
+            ends = planning.resolve(lm, o.ending, states, is_start=False)
+            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
+                                o.max_records_per_partition)
         open_start = planning.open_ended(o.starting, states, planning.EARLIEST)
         open_end = planning.open_ended(o.ending, states, planning.LATEST)
         first = {}
@@ -168,18 +170,31 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = columns
         self._target: dict | None = None  # Trigger.AvailableNow: do not go past this
         self._last_trigger = time.monotonic()
+        self._lm: LogManager | None = None
+        self._offsets = LogOffsetsCache()  # partitions whose files did not change are not reopened
+
+    def __getstate__(self):  # tasks get a copy for read(): the driver-side caches stay behind
+        state = dict(self.__dict__)
+        state["_lm"], state["_offsets"] = None, LogOffsetsCache()
+        return state
+
+    def _log_manager(self) -> LogManager:
+        if self._lm is None:
+            self._lm = LogManager(self.options.path, self.options.storage_options)
+        return self._lm
 
     def _states(self) -> dict:
-        lm = LogManager(self.options.path, self.options.storage_options)
-        return planning.partition_states(lm, planning.topic_partitions(lm, self.options),
-                                         self.options.fail_on_data_loss)
+        with self._log_manager().snapshot() as lm:
+            tps = planning.topic_partitions(lm, self.options)
+            self._offsets.forget(set(tps))
+            return planning.partition_states(lm, tps, self.options.fail_on_data_loss, self._offsets)
 
     def initialOffset(self) -> dict:
         o = self.options
         states = self._states()
-        lm = LogManager(o.path, o.storage_options)
-        return _to_json(planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy,
-                                         require_all=True))
+        with self._log_manager().snapshot() as lm:
+            return _to_json(planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy,
+                                             require_all=True))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {tp: st.log_end for tp, st in self._states().items()}
@@ -220,7 +235,6 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         o = self.options
-        lm = LogManager(o.path, o.storage_options)
         states = self._states()
         begin, stop = _from_json(start), _from_json(end)
         for tp in begin:
@@ -228,8 +242,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 planning._data_loss(o.fail_on_data_loss, f"{tp.topic}-{tp.partition} was read before and is gone now")
         starts = {tp: begin.get(tp, st.log_start) for tp, st in states.items()}  # new partitions: earliest
         ends = {tp: stop[tp] for tp in states if tp in stop}
-        rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
-                            o.max_records_per_partition)
+        with self._log_manager().snapshot() as lm:
+            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
+                                o.max_records_per_partition)
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
 
     def read(self, partition):

@@ -28,6 +28,15 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class FileVersion:
+    """What a file or directory looked like (LogFileSystem.file_version): any change to it changes one field."""
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+@dataclass(frozen=True)
 class FileInfo:
     name: str  # base name within the listed directory
     size: int
@@ -147,6 +156,11 @@ class LogFileSystem(abc.ABC):
         """Overwrite len(data) // len(positions) bytes at each position of an existing file, in place
         (the sink patches baseOffset fields of staged segments). Stores without in-place writes refuse."""
         raise KafkaStorageError(f"{self.url(path)}: this filesystem cannot overwrite bytes in place")
+
+    def file_version(self, path: str) -> FileVersion | None:
+        """The file's or directory's version now, where the store has a cheap one (local disk: a stat);
+        None when it has not, or the path is gone. Callers compare versions to skip rereading."""
+        return None
 
     def invalidate_listings(self, path: str | None = None) -> None:
         """Forget cached listings of path (all, when None) on stores that cache them; a no-op here."""

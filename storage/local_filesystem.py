@@ -18,7 +18,7 @@ import uuid
 import fsspec
 
 from .errors import KafkaStorageError, LogLockedError
-from .filesystem import Appender, Capabilities, FileInfo, FileReader, LogFileSystem
+from .filesystem import Appender, Capabilities, FileInfo, FileReader, FileVersion, LogFileSystem
 
 
 # ---------------------------------------------------------------- local disk
@@ -217,6 +217,13 @@ class LocalFileSystem(LogFileSystem):
 
     def size(self, path):
         return os.path.getsize(path)
+
+    def file_version(self, path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return FileVersion(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def modified_times(self, path, names=None):
         wanted = None if names is None else set(names)

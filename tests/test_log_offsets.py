@@ -1,0 +1,177 @@
+"""Planning over many partitions: LogManager.snapshot() and the stream reader's LogOffsetsCache.
+
+The reference is a model of each partition's offsets kept by the test (records appended, truncations,
+delete-records), not the code under test. File ages are set with os.utime instead of waiting, so the
+cache's "settled" rule is exercised with the real clock and no sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+from kafka_reference import kp_batch
+
+import storage.checkpoint as checkpoint_module
+from python_datasource.reader import KafkaLogBatchReader, KafkaLogStreamReader
+from python_datasource.source_options import SourceOptions
+from storage.errors import UnknownTopicOrPartitionError
+from storage.log_manager import LogManager
+from storage.log_offsets import SETTLE_NS, LogOffsetsCache
+from storage.topic_partition import TopicPartition
+
+PARTS = 3
+
+
+def append(lm: LogManager, tp: TopicPartition, n: int, roll: bool = False) -> None:
+    with lm.open_log(tp, writable=True) as log:
+        if roll:
+            log.roll()
+        now = int(time.time() * 1000)  # recent: retention.ms must not take them
+        log.append(kp_batch([(now, b"k%d" % i, b"v", []) for i in range(n)]))
+
+
+def age(path: str, seconds: int) -> None:
+    """Make every file and directory under path look `seconds` old (mtime), as if time had passed."""
+    stamp = os.stat(path).st_mtime_ns - seconds * 1_000_000_000
+    for d, _, files in os.walk(path):
+        for name in files + [""]:
+            p = os.path.join(d, name) if name else d
+            try:
+                os.utime(p, ns=(stamp, stamp))
+            except FileNotFoundError:
+                pass
+
+
+def test_offsets_cache_follows_every_change(root):
+    """Appends, rolls, truncation, delete-records with retention, and topic deletion: after each, the cache
+    answers what the model says; partitions nobody touched are answered without reopening them."""
+    rng = random.Random(16)
+    lm = LogManager(root)
+    lm.create_topic("t", PARTS)
+    tps = [TopicPartition("t", p) for p in range(PARTS)]
+    end = {tp: 0 for tp in tps}
+    start = {tp: 0 for tp in tps}
+    bases = {tp: [] for tp in tps}  # each append is one batch
+    cache = LogOffsetsCache()
+    for step in range(60):
+        age(root, 10 + step)  # everything settled, then cached: the change below must still show
+        for q in tps:
+            cache.offsets(lm, q)
+        tp = rng.choice(tps)
+        op = rng.choice(["append", "append", "roll", "truncate", "delete_records", "none"])
+        if op in ("append", "roll"):
+            n = rng.randint(1, 5)
+            append(lm, tp, n, roll=op == "roll")
+            bases[tp].append(end[tp])
+            end[tp] += n
+        elif op == "truncate" and bases[tp] and bases[tp][-1] >= start[tp]:
+            with lm.open_log(tp, writable=True) as log:  # the last batch goes whole
+                log.truncate_to(bases[tp][-1])
+            end[tp] = bases[tp].pop()
+        elif op == "delete_records" and end[tp] > start[tp]:
+            target = rng.randint(start[tp], end[tp])
+            lm.delete_records(tp, target)
+            lm.apply_retention(tp)
+            start[tp] = target
+        for q in tps:
+            snap = cache.offsets(lm, q)
+            assert (snap.log_start_offset, snap.log_end_offset) == (start[q], end[q]), (step, op, q)
+        hits = cache.hits
+        for q in tps:  # partitions the step did not touch: answered from the cache
+            assert cache.offsets(lm, q).log_end_offset == end[q]
+        assert cache.hits - hits >= PARTS - 1
+    lm.delete_topic("t")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        cache.offsets(lm, tps[0])
+
+
+def test_fresh_files_are_not_trusted(root):
+    """A version younger than SETTLE_NS may hide a second change in the same timestamp tick: such a
+    partition is reopened on every ask until its files settle."""
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    append(lm, tp, 3)
+    written = os.stat(lm.partition_dir(tp)).st_mtime_ns
+    now = [written + 1]
+    cache = LogOffsetsCache(clock_ns=lambda: now[0])
+    for _ in range(3):
+        assert cache.offsets(lm, tp).log_end_offset == 3
+    assert (cache.hits, cache.misses) == (0, 3)
+    now[0] = max(written, os.stat(os.path.join(lm.partition_dir(tp), "00000000000000000000.log")).st_mtime_ns) \
+        + SETTLE_NS + 1
+    cache.offsets(lm, tp)
+    cache.offsets(lm, tp)
+    assert (cache.hits, cache.misses) == (1, 4)
+
+
+def test_snapshot_reads_checkpoints_once_and_sees_its_own_changes(root, monkeypatch):
+    lm = LogManager(root)
+    lm.create_topic("t", 20)
+    tps = [TopicPartition("t", p) for p in range(20)]
+    for tp in tps:
+        append(lm, tp, 2)
+    parses = []
+    real = checkpoint_module.parse_checkpoint
+    monkeypatch.setattr(checkpoint_module, "parse_checkpoint", lambda *a, **k: parses.append(1) or real(*a, **k))
+    with lm.snapshot():
+        for tp in tps:
+            with lm.open_log(tp) as log:
+                assert log.log_end_offset == 2
+        assert len(parses) <= 2  # recovery points and log start offsets, once each
+        lm.delete_records(tps[0], 1)  # a change made through this LogManager is seen at once
+        with lm.open_log(tps[0]) as log:
+            assert log.log_start_offset == 1
+    monkeypatch.undo()
+    without = []
+    monkeypatch.setattr(checkpoint_module, "parse_checkpoint", lambda *a, **k: without.append(1) or real(*a, **k))
+    for tp in tps:
+        lm.open_log(tp).close()
+    assert len(without) >= 20  # outside a snapshot every open reads them: the counter can see it
+
+
+def test_planning_reads_each_partition_once_and_triggers_reopen_only_changed(root, monkeypatch):
+    lm = LogManager(root)
+    lm.create_topic("a", 30)
+    lm.create_topic("b", 30)
+    for t in ("a", "b"):
+        for p in range(30):
+            append(lm, TopicPartition(t, p), 1)
+    age(root, 60)
+    opened = []
+    real_open = LogManager.open_log
+    monkeypatch.setattr(LogManager, "open_log", lambda self, tp, **k: opened.append(tp) or real_open(self, tp, **k))
+    batch = KafkaLogBatchReader(SourceOptions.parse({"path": root, "subscribepattern": ".*"}, streaming=False),
+                                ("value",))
+    assert len(batch.partitions()) == 60
+    assert len(opened) == 60
+
+    stream = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribe": "a,b"}, streaming=True),
+                                  ("value",))
+    first = stream.latestOffset(stream.initialOffset(), None)
+    opened.clear()
+    latest = stream.latestOffset(first, None)
+    assert stream.partitions(latest, latest) == []
+    assert opened == []  # nothing changed: no partition reopened
+    append(lm, TopicPartition("b", 7), 4)
+    age(lm.partition_dir(TopicPartition("b", 7)), 30)
+    opened.clear()
+    latest = stream.latestOffset(latest, None)
+    assert latest["b"]["7"] == 5
+    assert opened == [TopicPartition("b", 7)]
+
+
+def test_maintenance_pass_never_lowers_a_log_start_offset(root):
+    """The pass records log start offsets it read earlier; a delete-records made meanwhile must stay."""
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    tp = TopicPartition("t", 0)
+    append(lm, tp, 10)
+    lm.delete_records(tp, 6)
+    lm.update_checkpoints({}, {tp: 2})  # a stale value from a pass
+    assert lm.checkpoint_file("log-start-offset-checkpoint").read()[tp] == 6
+    lm.update_checkpoints({}, {tp: 8})
+    assert lm.checkpoint_file("log-start-offset-checkpoint").read()[tp] == 8
