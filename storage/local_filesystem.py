@@ -267,14 +267,15 @@ class LocalFileSystem(LogFileSystem):
         if durable:
             self.sync_dir(os.path.dirname(path) or ".")
 
-    def create_exclusive(self, path, data):
+    def create_exclusive(self, path, data, *, durable=True):
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         return True
@@ -430,7 +431,7 @@ class MemoryFileSystem(LogFileSystem):
     def write_atomic(self, path, data, *, durable=True):
         self._fs.pipe_file(path, bytes(data))
 
-    def create_exclusive(self, path, data):
+    def create_exclusive(self, path, data, *, durable=True):
         with self._guard:
             if self._fs.exists(path):
                 return False

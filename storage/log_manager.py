@@ -278,10 +278,10 @@ class LogManager:
         caps = self.fs.capabilities
         if not (caps.append and caps.locks):
             return
-        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
-            self.fs.create_exclusive(self.fs.join(partition_path, segment_file_name(0, suffix)), b"")
+        for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):  # empty: nothing to fsync
+            self.fs.create_exclusive(self.fs.join(partition_path, segment_file_name(0, suffix)), b"", durable=False)
         if caps.fsync:
-            self.fs.sync_dir(partition_path)
+            self.fs.sync_dir(partition_path)  # the three entries, in one fsync
 
     def get_or_create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         try:

@@ -98,9 +98,9 @@ class CrashingFS(LogFileSystem):
         self._tick(f"write_atomic {self.basename(path)}")
         self.inner.write_atomic(path, data, durable=durable)
 
-    def create_exclusive(self, path, data):
+    def create_exclusive(self, path, data, *, durable=True):
         self._tick(f"create_exclusive {self.basename(path)}")
-        return self.inner.create_exclusive(path, data)
+        return self.inner.create_exclusive(path, data, durable=durable)
 
     def open_appender(self, path, *, create=True, bulk=False):
         self._tick(f"open_appender {self.basename(path)}")

@@ -68,9 +68,9 @@ class FaultyStore(LogicalTimeStore):
         self._op("put", path)
         return super().write_atomic(path, data, durable=durable)
 
-    def create_exclusive(self, path, data):
+    def create_exclusive(self, path, data, *, durable=True):
         self._op("create", path)
-        return super().create_exclusive(path, data)
+        return super().create_exclusive(path, data, durable=durable)
 
     def copy(self, src, dst):
         self._op("copy", dst)

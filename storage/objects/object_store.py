@@ -393,7 +393,7 @@ class ObjectStoreFileSystem(LogFileSystem):
         finally:
             self._wrote(path)
 
-    def create_exclusive(self, path, data):
+    def create_exclusive(self, path, data, *, durable=True):
         """Create the object only if absent (If-None-Match: *): True if this call's bytes are there now.
 
         False when another writer's object holds the name. An existing object with exactly these bytes
