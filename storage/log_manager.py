@@ -144,21 +144,25 @@ class LogManager:
         self.recovery_checkpoint = self._checkpoints[self.root][RECOVERY_POINT_CHECKPOINT_FILE]
         self.log_start_checkpoint = self._checkpoints[self.root][LOG_START_OFFSET_CHECKPOINT_FILE]
         self._memo: dict | None = None  # inside snapshot(): what was read, reused
+        self._pending_recovery: dict[str, dict] = {}  # inside snapshot(): recovery points to write at its end
 
     @contextlib.contextmanager
     def snapshot(self):
         """Inside, log dir listings, topic files and checkpoint files are read once and reused, so a pass
-        over N partitions (planning, describe, maintenance) costs O(N), not O(N) per partition. Answers
-        are as of the first read, as if the pass had run a moment earlier; every change made through this
-        LogManager forgets them. Writable opens always read the checkpoints afresh."""
+        over N partitions (planning, describe, maintenance, a commit) costs O(N), not O(N) per partition.
+        Answers are as of the first read, as if the pass had run a moment earlier; a change made through
+        this LogManager forgets them. Writers' recovery points (hints, never fsynced) are written once
+        when the snapshot ends, instead of one checkpoint rewrite per closed log."""
         if self._memo is not None:
             yield self
             return
-        self._memo = {}
+        self._memo, self._pending_recovery = {}, {}
         try:
             yield self
         finally:
-            self._memo = None
+            pending, self._memo, self._pending_recovery = self._pending_recovery, None, {}
+            for log_dir, points in pending.items():
+                self._update_dir_checkpoints(log_dir, points, {})
 
     def _memoized(self, key, load):
         if self._memo is None:
@@ -425,8 +429,6 @@ class LogManager:
                  config: LogConfig | None = None) -> Log:
         """Load a partition. A writable Log holds the partition lock until close() and records the
         recovery point and log start offset in its log dir's checkpoint files when it closes."""
-        if writable:
-            self.forget_snapshot()  # a writer reads the checkpoints afresh, and may make the partition directory
         meta = self._check_partition(tp)
         dir = self._locate(tp)
         if dir is None:
@@ -443,7 +445,9 @@ class LogManager:
         log_dir = self._log_dir_of_path(dir)
         files = self._checkpoints[log_dir]
         key = (tp.topic, tp.partition)
-        recovery = self._memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
+        recovery = self._pending_recovery.get(log_dir, {}).get(key)
+        if recovery is None:
+            recovery = self._memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
         start = self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(key, 0)
         log = LogLoader(self.fs, dir, tp, config or meta.config, recovery_point=recovery, log_start_offset=start,
                         writable=writable, lock_timeout=lock_timeout, create_dir=False).load()
@@ -460,13 +464,18 @@ class LogManager:
             (tp.topic, tp.partition))
 
     def _record_checkpoints(self, log: Log) -> None:
-        self._update_dir_checkpoints(self._log_dir_of_path(log.dir), {log.tp: log.recovery_point},
-                                     {log.tp: log.log_start_offset})
+        log_dir, key = self._log_dir_of_path(log.dir), (log.tp.topic, log.tp.partition)
+        if self._memo is None:
+            self._update_dir_checkpoints(log_dir, {log.tp: log.recovery_point}, {log.tp: log.log_start_offset})
+            return
+        self._pending_recovery.setdefault(log_dir, {})[key] = log.recovery_point
+        start = self._memoized(("start", log_dir), self._checkpoints[log_dir][LOG_START_OFFSET_CHECKPOINT_FILE].read)
+        if start.get(key, 0) != log.log_start_offset:  # delete-records or retention: written now, durably
+            self._update_dir_checkpoints(log_dir, {}, {log.tp: log.log_start_offset})
 
     def update_checkpoints(self, recovery_points: dict, log_start_offsets: dict) -> None:
-        """Merge entries into the checkpoint files of the log dirs holding the partitions (under each dir's lock).
-        A log start offset is only ever raised here: the values come from a pass that may have read them
-        before a delete-records moved one, and must not undo it."""
+        """Merge entries into the checkpoint files of the log dirs holding the partitions (see
+        _update_dir_checkpoints: log start offsets are only raised)."""
         by_dir: dict[str, tuple[dict, dict]] = {}
         for i, entries in enumerate((recovery_points, log_start_offsets)):
             for k, v in entries.items():
@@ -475,10 +484,13 @@ class LogManager:
                 d = self._log_dir_of_path(path) if path is not None else self.root
                 by_dir.setdefault(d, ({}, {}))[i][tp] = v
         for d, (rps, lsos) in by_dir.items():
-            self._update_dir_checkpoints(d, rps, lsos, raise_starts_only=True)
+            self._update_dir_checkpoints(d, rps, lsos)
 
-    def _update_dir_checkpoints(self, log_dir: str, recovery_points: dict, log_start_offsets: dict, *,
-                                raise_starts_only: bool = False) -> None:
+    def _update_dir_checkpoints(self, log_dir: str, recovery_points: dict, log_start_offsets: dict) -> None:
+        """Merge entries in, under the log dir's lock. Log start offsets are only ever raised: a writer that
+        read its entry before waiting for the partition lock, or a pass that read it long ago, must not
+        undo a delete-records made meanwhile (nothing lowers a log start offset; topic deletion removes
+        the entries instead)."""
         self.forget_snapshot()
         files = self._checkpoints[log_dir]
         with self._dir_lock(log_dir):
@@ -490,8 +502,7 @@ class LogManager:
                     files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur, durable=False)
             if log_start_offsets:
                 cur = files[LOG_START_OFFSET_CHECKPOINT_FILE].read()
-                changed = {tuple(k): v for k, v in log_start_offsets.items()
-                           if (cur.get(tuple(k), 0) < v if raise_starts_only else cur.get(tuple(k), 0) != v)}
+                changed = {tuple(k): v for k, v in log_start_offsets.items() if cur.get(tuple(k), 0) < v}
                 if changed:
                     cur.update(changed)
                     files[LOG_START_OFFSET_CHECKPOINT_FILE].write(cur)

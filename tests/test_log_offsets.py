@@ -175,3 +175,67 @@ def test_maintenance_pass_never_lowers_a_log_start_offset(root):
     assert lm.checkpoint_file("log-start-offset-checkpoint").read()[tp] == 6
     lm.update_checkpoints({}, {tp: 8})
     assert lm.checkpoint_file("log-start-offset-checkpoint").read()[tp] == 8
+
+
+def test_a_commit_over_many_partitions_rewrites_the_checkpoints_once(root, monkeypatch):
+    """A micro-batch committed to 40 partitions: the recovery-point file is rewritten once at the end
+    (it was rewritten, and reparsed, once per partition), and every record is where it belongs."""
+    import pyarrow as pa
+
+    from storage.staging.record_stager import RecordStager
+    from storage.staging.staged_commit import commit_staged
+    from storage.records.record_batch import CompressionType
+
+    lm = LogManager(root)
+    lm.create_topic("t", 40)
+    rows = pa.table({"key": pa.array([b"k%d" % i for i in range(400)], pa.binary()),
+                     "value": [b"v%d" % i for i in range(400)]})
+    st = RecordStager(lm, 3, topic="t", compression=CompressionType.NONE, task_index=0)
+    st.add(rows)
+    staged = st.finish()
+    writes, parses = [], []
+    real_write = type(lm.fs).write_atomic
+    monkeypatch.setattr(type(lm.fs), "write_atomic",
+                        lambda self, path, data, **k: writes.append(os.path.basename(path)) or real_write(self, path, data, **k))
+    real_parse = checkpoint_module.parse_checkpoint
+    monkeypatch.setattr(checkpoint_module, "parse_checkpoint", lambda *a, **k: parses.append(1) or real_parse(*a, **k))
+    result = commit_staged(lm, 3, 0, [staged])
+    monkeypatch.undo()
+    assert len(result.appended) == 40 and result.records == 400
+    assert writes.count("recovery-point-offset-checkpoint") == 1
+    assert len(parses) <= 3
+    total = 0
+    for p in range(40):
+        with LogManager(root).open_log(TopicPartition("t", p)) as log:
+            total += log.log_end_offset
+    assert total == 400
+
+
+def test_a_writer_that_waited_for_the_lock_does_not_undo_delete_records(root, monkeypatch):
+    """A writer reads the log start offset, then waits for the partition lock; the holder raises the log
+    start offset (delete-records) and closes. The waiting writer's close must keep the new offset."""
+    import threading
+
+    from storage.local_filesystem import LocalFileSystem
+
+    tp = TopicPartition("t", 0)
+    LogManager(root).create_topic("t", 1)
+    append(LogManager(root), tp, 10)
+    holder = LogManager(root).open_log(tp, writable=True)
+    waiting = threading.Event()
+    real_lock = LocalFileSystem.lock
+
+    def lock(self, path, **k):
+        if threading.current_thread().name == "writer":
+            waiting.set()
+        return real_lock(self, path, **k)
+
+    monkeypatch.setattr(LocalFileSystem, "lock", lock)
+    writer = threading.Thread(target=append, args=(LogManager(root), tp, 2), name="writer")
+    writer.start()
+    assert waiting.wait(600)  # the writer has read the checkpoints and asks for the lock
+    holder.maybe_increment_log_start_offset(7)
+    holder.close()
+    writer.join(600)
+    with LogManager(root).open_log(tp) as log:
+        assert (log.log_start_offset, log.log_end_offset) == (7, 12)

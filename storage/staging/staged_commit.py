@@ -95,6 +95,15 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
         for p in f.partitions:
             by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
     immutable = immutable_segments(lm.fs)
+    with lm.snapshot():  # topic and checkpoint files read once, recovery points written once
+        _commit_partitions(lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, conflict_retries,
+                           immutable)
+    cleanup_staged(lm, writer_id, [f.name for f in staged])
+    return result
+
+
+def _commit_partitions(lm: LogManager, by_tp: dict, writer_id: int, batch_id: int, result: CommitResult,
+                       ephemeral: bool, lock_timeout: float | None, conflict_retries: int, immutable: bool) -> None:
     for tp in sorted(by_tp):
         if immutable:
             _commit_immutable(lm, tp, by_tp[tp], writer_id, batch_id, result, ephemeral=ephemeral,
@@ -117,8 +126,6 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
                 state.forget(writer_id)
             result.appended[tp] = (first, plog.log_end_offset - 1)
             result.records += sum(p.records for p in pieces)
-    cleanup_staged(lm, writer_id, [f.name for f in staged])
-    return result
 
 
 def _append_pieces(lm: LogManager, plog, pieces: list[StagedPartition]) -> None:
