@@ -19,6 +19,7 @@ import fsspec
 
 from .errors import KafkaStorageError, LogLockedError
 from .filesystem import Appender, Capabilities, FileInfo, FileReader, FileVersion, LogFileSystem
+from .local_mounts import check_lockable
 
 
 # ---------------------------------------------------------------- local disk
@@ -327,6 +328,7 @@ class LocalFileSystem(LogFileSystem):
 
     @contextlib.contextmanager
     def lock(self, path, *, timeout=None):
+        check_lockable(path)  # a lock only some machines see would let two writers in
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
