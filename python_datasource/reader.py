@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from storage.errors import InvalidConfigError, OffsetOutOfRangeError
 from storage.log_manager import LogManager
 from storage.log_offsets import LogOffsetsCache
+from storage.meta_properties import check_directory_id, directory_id
 from storage.topic_partition import TopicPartition
 
 from . import planning
@@ -68,9 +69,10 @@ class KafkaLogInputPartition(InputPartition):
     planning every query anew."""
 
     def __init__(self, topic: str, partition: int, start: int, end: int, *, start_open: bool = False,
-                 end_open: bool = False):
+                 end_open: bool = False, directory_id: str | None = None):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.start_open, self.end_open = start_open, end_open
+        self.directory_id = directory_id  # the ROOT the driver planned on (storage/meta_properties.py)
 
     def __repr__(self) -> str:
         lo = "earliest" if self.start_open else self.start
@@ -84,7 +86,10 @@ def read_range(path: str, part: KafkaLogInputPartition, columns: tuple[str, ...]
     if not isinstance(part, KafkaLogInputPartition):  # Spark plans one placeholder task for an empty read
         return
     tp = TopicPartition(part.topic, part.partition)
-    with LogManager(path, storage_options).open_log(tp) as plog:
+    lm = LogManager(path, storage_options)
+    if lm.fs.capabilities.locks:
+        check_directory_id(lm.fs, lm.root, getattr(part, "directory_id", None))
+    with lm.open_log(tp) as plog:
         start = plog.log_start_offset if getattr(part, "start_open", False) else part.start
         end = plog.log_end_offset if getattr(part, "end_open", False) else part.end
         if start < plog.log_start_offset:
@@ -135,6 +140,7 @@ class KafkaLogBatchReader(DataSourceReader):
             ends = planning.resolve(lm, o.ending, states, is_start=False)
             rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
                                 o.max_records_per_partition)
+            dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks else None
         open_start = planning.open_ended(o.starting, states, planning.EARLIEST)
         open_end = planning.open_ended(o.ending, states, planning.LATEST)
         first = {}
@@ -143,7 +149,8 @@ class KafkaLogBatchReader(DataSourceReader):
         last = {(r.topic, r.partition): i for i, r in enumerate(rs)}
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end,
                                        start_open=(r.topic, r.partition) in open_start and first[(r.topic, r.partition)] == i,
-                                       end_open=(r.topic, r.partition) in open_end and last[(r.topic, r.partition)] == i)
+                                       end_open=(r.topic, r.partition) in open_end and last[(r.topic, r.partition)] == i,
+                                       directory_id=dir_id)
                 for i, r in enumerate(rs)]
 
     def read(self, partition):
@@ -245,7 +252,8 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._log_manager().snapshot() as lm:
             rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
                                 o.max_records_per_partition)
-        return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end) for r in rs]
+            dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks and rs else None
+        return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end, directory_id=dir_id) for r in rs]
 
     def read(self, partition):
         o = self.options

@@ -10,6 +10,7 @@ from pyspark.sql.datasource import (
 )
 
 from storage.log_manager import LogManager
+from storage.meta_properties import check_directory_id, directory_id
 from storage.staging.staged_commit import StagedFile, cleanup_staged, commit_staged
 
 from .options import SINK_COLUMNS, SinkOptions
@@ -36,11 +37,14 @@ class _StagingWriter:
     def __init__(self, options: SinkOptions, writer_id: int):
         self.options = options
         self.writer_id = writer_id
+        lm = self._lm()  # on the driver: tasks check that they see this same ROOT (a local path on a cluster)
+        self.directory_id = directory_id(lm.fs, lm.root, create=True) if lm.fs.capabilities.locks else None
 
     def _stage(self, iterator: Iterator) -> KafkaLogCommitMessage:
         from storage.staging.record_stager import RecordStager
 
         lm = self._lm()
+        check_directory_id(lm.fs, lm.root, self.directory_id)
         stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
                               compression_level=self.options.compression_level,
                               new_topic_config=self.options.topic_config,
