@@ -107,9 +107,9 @@ class ObjectStoreFileSystem(LogFileSystem):
             hint = " (pip install 'kafkalog-ds[s3]')" if protocol in ("s3", "s3a") else ""
             raise KafkaStorageError(f"log dir {shown}: filesystem {protocol!r} needs a package that is not "
                                     f"installed: {redact_text(e, opts)}{hint}") from None
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, OSError) as e:  # OSError: e.g. hdfs:// without libjvm / libhdfs
             raise KafkaStorageError(f"log dir {shown}: cannot open filesystem {protocol!r} with storage options "
-                                    f"{safe_repr(opts)}: {redact_text(e, opts)}") from None
+                                    f"{safe_repr(opts)}: {_first_line(redact_text(e, opts))}") from None
         return cls(fs, storage_options=opts, **kwargs), path.rstrip("/")
 
     def __repr__(self):
@@ -544,3 +544,8 @@ def _restore(fs, options, ttl, atomic_create):
 def open_object_store(url: str, storage_options: dict | None = None, **kwargs) -> tuple[ObjectStoreFileSystem, str]:
     """open_filesystem's branch for fsspec URLs other than local paths and memory://."""
     return ObjectStoreFileSystem.from_url(url, storage_options, **kwargs)
+
+
+def _first_line(text: str) -> str:
+    """A backend error's first line, cut short (libhdfs lists every path it tried to load the JVM from)."""
+    return (text.splitlines() or [""])[0][:300]
