@@ -37,6 +37,7 @@ from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition
 
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
+TASKS_PER_CORE = 4  # --spark: partitions go to this many tasks per core, each with one LogManager snapshot
 
 
 @dataclass
@@ -261,8 +262,10 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
     if spark is not None and tps:
         held = None if lease is None else (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
         args = (root, now, storage_options, cleaner_settings, held, fs)
-        rdd = spark.sparkContext.parallelize([tuple(tp) for tp in tps], len(tps))
-        reports = rdd.map(lambda tp: _maintain_task(tp, *args)).collect()
+        sc = spark.sparkContext
+        slices = min(len(tps), max(1, sc.defaultParallelism) * TASKS_PER_CORE)
+        rdd = sc.parallelize([tuple(tp) for tp in tps], slices)
+        reports = rdd.mapPartitions(lambda part: _maintain_task(list(part), *args)).collect()
         for rep in reports:
             if progress:
                 progress.report(rep)
@@ -285,16 +288,18 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
     return reports
 
 
-def _maintain_task(tp: tuple, root: str, now: int, storage_options, cleaner_settings, held=None,
-                   fs=None) -> PartitionReport:
+def _maintain_task(tps: list[tuple], root: str, now: int, storage_options, cleaner_settings, held=None,
+                   fs=None) -> list[PartitionReport]:
+    """One Spark task: a slice of the partitions, one LogManager snapshot for all of them."""
     lease = None
+    lm = LogManager(root, storage_options, fs=fs)
     if held is not None:  # the driver's lease, checked (not taken) by the task
-        lm = LogManager(root, storage_options, fs=fs)
         started = time.monotonic()
         lease = attach_lease(lm.fs, lm.root, *held[:4])
         lease.clock = (lambda: held[4] + int((time.monotonic() - started) * 1000))
-    return maintain_partition(root, TopicPartition(*tp), now_ms=now, storage_options=storage_options,
-                              cleaner_settings=cleaner_settings, lease=lease, fs=fs)
+    with lm.snapshot():
+        return [maintain_partition(root, TopicPartition(*tp), now_ms=now, storage_options=storage_options,
+                                   cleaner_settings=cleaner_settings, lease=lease, fs=fs, lm=lm) for tp in tps]
 
 
 def run_forever(root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None,

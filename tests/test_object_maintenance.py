@@ -593,9 +593,9 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
     lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=60_000, clock=lambda: now).acquire()
     held = (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
     fs = pickle.loads(pickle.dumps(lm.fs))  # as shipped to an executor
-    rep = _maintain_task(("t", 0), lm.root, now, None, FAST, held, fs)
+    [rep] = _maintain_task([("t", 0)], lm.root, now, None, FAST, held, fs)
     assert not rep.errors and rep.merged_groups == 1
-    rep = _maintain_task(("t", 0), lm.root, now, None, FAST, ("someone-else",) + held[1:], fs)
+    [rep] = _maintain_task([("t", 0)], lm.root, now, None, FAST, ("someone-else",) + held[1:], fs)
     assert rep.errors and "lost the maintenance lease" in rep.errors[0] and lease.holder in rep.errors[0]
 
 
