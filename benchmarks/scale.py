@@ -60,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -141,6 +142,7 @@ class Env:
         self.server = server
         self.bucket = bucket
         self.spark = None
+        self.layouts: list[Layout] = []
         self._fs_options = fs_options  # the Spark-form options, given (the planning child has no server)
 
     @property
@@ -204,12 +206,40 @@ def measure(env: Env, fn, *, tree_cpu: bool = False, min_total: float = 0.5, max
     return best, len(runs)
 
 
-def fill(res: Result, best, runs: int) -> Result:
+def fill(res: Result, best, runs: int, env: Env | None = None) -> Result:
     wall, cpu, others, reqs, _ = best
     res.wall_s, res.cpu_s, res.others_s, res.runs = wall, cpu, others, runs
     res.requests = dict(sorted(Counter(req_kind(r) for r in reqs).items()))
     res.bytes_in = sum(r.body_bytes for r in reqs)
+    if reqs and env is not None and env.s3:
+        root = env.root(next(lay for lay in env.layouts if lay.name == res.layout))
+        n, b = Counter(), Counter()
+        for r in reqs:
+            t = req_target(r, root[len("s3:/"):])
+            n[t] += 1
+            b[t] += r.body_bytes
+        res.extra["by_target"] = {t: {"requests": n[t], "bytes": b[t]} for t in sorted(n)}
     return res
+
+
+def req_target(r, root_path: str) -> str:
+    """What a request was for: 'LIST root', 'LIST partition', 'LIST <name>' (a prefix under the root), or
+    the method and the object's kind ('GET log', 'GET json', 'HEAD recovery-point-offset-checkpoint')."""
+    from storage.topic_partition import parse_log_dir_name
+
+    if req_kind(r) == "LIST":
+        prefix = "/" + r.path.strip("/").split("/", 1)[0] + "/" + urllib.parse.parse_qs(r.query).get(
+            "prefix", [""])[0]
+        rel = prefix.rstrip("/")[len(root_path):].strip("/")
+        if not prefix.startswith(root_path):
+            return "LIST outside the root"
+        if rel == "":
+            return "LIST root"
+        if parse_log_dir_name(rel.split("/")[0]) is not None:
+            return "LIST partition"
+        return f"LIST {rel}"
+    name = r.path.rsplit("/", 1)[-1]
+    return f"{r.method} {name.rsplit('.', 1)[-1] if '.' in name else name}"
 
 
 def progress(msg: str) -> None:
@@ -294,7 +324,7 @@ def op_plan(env: Env, layout: Layout) -> Result:
     parts = best[4]
     if len(parts) != layout.partitions:
         raise RuntimeError(f"plan of {layout.name}: {len(parts)} input partitions, expected {layout.partitions}")
-    return fill(Result("a", layout.name, layout.partitions, layout.segments), best, runs)
+    return fill(Result("a", layout.name, layout.partitions, layout.segments), best, runs, env)
 
 
 def op_plan_spark(env: Env, layout: Layout) -> Result:
@@ -309,7 +339,7 @@ def op_plan_spark(env: Env, layout: Layout) -> Result:
     best, runs = measure(env, run, tree_cpu=True, min_runs=2)
     if best[4] != layout.partitions:
         raise RuntimeError(f"spark plan of {layout.name}: {best[4]} partitions, expected {layout.partitions}")
-    return fill(Result("a-spark", layout.name, layout.partitions, layout.segments), best, runs)
+    return fill(Result("a-spark", layout.name, layout.partitions, layout.segments), best, runs, env)
 
 
 def op_trigger(env: Env, layout: Layout) -> Result:
@@ -333,7 +363,7 @@ def op_trigger(env: Env, layout: Layout) -> Result:
             raise RuntimeError(f"trigger on {layout.name}: something new ({len(parts)} partitions)")
 
     best, runs = measure(env, run)
-    res = fill(Result("b", layout.name, layout.partitions, layout.segments), best, runs)
+    res = fill(Result("b", layout.name, layout.partitions, layout.segments), best, runs, env)
     lat, par = min(split.items())[1]
     res.extra = {"latestOffset_s": lat, "partitions_s": par}
     res.note = f"latestOffset {lat * 1000:.1f} + partitions {par * 1000:.1f} ms"
@@ -352,7 +382,7 @@ def op_list(env: Env, layout: Layout) -> Result:
     best, runs = measure(env, run)
     if len(best[4]) != layout.partitions:
         raise RuntimeError(f"list of {layout.name}: {len(best[4])} partitions")
-    return fill(Result("c", layout.name, layout.partitions, layout.segments), best, runs)
+    return fill(Result("c", layout.name, layout.partitions, layout.segments), best, runs, env)
 
 
 def op_describe(env: Env, layout: Layout) -> Result:
@@ -370,7 +400,7 @@ def op_describe(env: Env, layout: Layout) -> Result:
         sizes.append(len(buf.getvalue()))
 
     best, runs = measure(env, run)
-    res = fill(Result("d", layout.name, layout.partitions, layout.segments), best, runs)
+    res = fill(Result("d", layout.name, layout.partitions, layout.segments), best, runs, env)
     res.note = f"{sizes[-1]:,} chars of output"
     return res
 
@@ -390,7 +420,7 @@ def op_maintain(env: Env, layout: Layout, spark: bool = False) -> Result:
                                f"{bad[0].line() if bad else ''}")
 
     best, runs = measure(env, run, tree_cpu=spark, min_runs=2 if spark else 1)
-    return fill(Result("e-spark" if spark else "e", layout.name, layout.partitions, layout.segments), best, runs)
+    return fill(Result("e-spark" if spark else "e", layout.name, layout.partitions, layout.segments), best, runs, env)
 
 
 def op_memory(env: Env, layout: Layout, warm_root: str) -> Result:
@@ -408,7 +438,7 @@ def op_memory(env: Env, layout: Layout, warm_root: str) -> Result:
     if doc["partitions"] != layout.partitions:
         raise RuntimeError(f"planning child for {layout.name}: {doc['partitions']} partitions")
     res = fill(Result("f", layout.name, layout.partitions, layout.segments),
-               (doc["plan_s"], doc["plan_cpu_s"], others, env.requests_since(mark), None), 1)
+               (doc["plan_s"], doc["plan_cpu_s"], others, env.requests_since(mark), None), 1, env)
     res.extra = {**doc, "process_wall_s": wall}
     res.note = (f"RSS {doc['base_kib'] / 1024:.0f} MiB, peak +{doc['delta_kib']:,} KiB, "
                 f"{doc['delta_kib'] / layout.partitions:.2f} KiB/part, {doc['delta_kib'] / layout.total_segments:.2f} "
@@ -483,7 +513,8 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
     """Per-unit cost at the largest layout vs a reference one: the partition sweep (vs 100 and vs 10
     partitions) and the segment sweep (vs 10 segments per partition)."""
     lines = [f"{'op':18}{'sweep':>10}{'from':>14}{'to':>14}{'ms/unit':>10}{'->':>4}{'ms/unit':>10}{'ratio':>8}"
-             + (f"{'req/unit':>10}{'->':>4}{'req/unit':>10}" if env.s3 else "") + "  verdict"]
+             + (f"{'req/unit':>10}{'->':>4}{'req/unit':>10}{'KB/unit':>10}{'->':>4}{'KB/unit':>10}" if env.s3 else "")
+             + "  verdict"]
     ops = list(dict.fromkeys(r.op for r in results))
     for op in ops:
         rows = [r for r in results if r.op == op and not r.skipped]
@@ -513,7 +544,11 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
             verdict = "SUPER-LINEAR" if ratio > 2 else ("super-linear?" if ratio > 1.3 else "linear or better")
             line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
             if env.s3:
-                line += f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"
+                line += (f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"
+                         f"{ref.bytes_in / 1000 / nr:>10.2f}{'':>4}{big.bytes_in / 1000 / nb:>10.2f}")
+                b0, b1 = ref.bytes_in / nr, big.bytes_in / nb
+                if b0 and b1 / b0 > 2:
+                    verdict += f"; bytes/unit x{b1 / b0:.1f}: SUPER-LINEAR"
             lines.append(line + "  " + verdict)
     return lines
 
@@ -611,6 +646,7 @@ def main(argv=None) -> None:
                 if s <= args.max_segments and n <= args.max_partitions]
     layouts = list(dict.fromkeys(playouts + slayouts))
     layouts.sort(key=lambda lay: (lay.total_segments, lay.partitions))
+    env.layouts = layouts
     report = {"argv": sys.argv[1:], "backend": "s3 (moto, in process)" if args.s3 else "local disk",
               "cores": os.cpu_count(), "build": [], "results": []}
     results: list[Result] = []
@@ -693,6 +729,17 @@ def main(argv=None) -> None:
         srows = sorted((r for r in results if r.layout in snames),
                        key=lambda r: (by_op[r.op], snames.index(r.layout)))
         print("\n".join(table(srows, env, "seg")))
+        if args.s3:
+            print("\nS3 requests by target (count, KB received), largest layout of each op; per partition in brackets")
+            for op in by_op:
+                rows = [r for r in results if r.op == op and not r.skipped and r.extra.get("by_target")]
+                if not rows:
+                    continue
+                r = max(rows, key=lambda r: (r.partitions, r.segments))
+                parts = ", ".join(f"{t}: {v['requests']} [{v['requests'] / r.partitions:.2f}] "
+                                  f"{v['bytes'] / 1000:.1f} KB [{v['bytes'] / 1000 / r.partitions:.2f}]"
+                                  for t, v in r.extra["by_target"].items())
+                print(f"  {OP_NAMES[op]} on {r.layout}: {parts}")
         print("\nGrowth (per-unit wall cost, largest layout vs reference; ratio > 1: super-linear)")
         print("\n".join(growth_lines(results, env)))
         print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f}")
