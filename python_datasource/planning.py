@@ -39,19 +39,24 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
         raise UnknownTopicOrPartitionError(f"log dir {lm.url()} does not exist")
     if opts.assign is not None:
         return sorted(TopicPartition(t, p) for t, p in opts.assign if t not in INTERNAL_TOPICS)
-    existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
-    if opts.subscribe is not None:
-        names = [t for t in opts.subscribe if t in existing]
-        missing = [t for t in opts.subscribe if t not in existing]
+    if opts.subscribe is not None:  # looked up by name: O(the topics read), not O(everything under ROOT)
+        found, missing = [], []
+        for t in opts.subscribe:
+            try:
+                found.extend(lm.partitions(t) if t not in INTERNAL_TOPICS else [])
+            except UnknownTopicOrPartitionError:
+                missing.append(t)
         if missing:
+            existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
             log.warning("topic(s) %s do not exist in %s (topics there: %s): nothing to read from them",
                         ", ".join(missing), lm.url(), ", ".join(existing[:20]) or "none")
-    else:
-        pattern = re.compile(opts.pattern)
-        names = [t for t in existing if pattern.search(t)]
-        if not names:
-            log.warning("no topic in %s matches subscribePattern %r (topics there: %s)", lm.url(), opts.pattern,
-                        ", ".join(existing[:20]) or "none")
+        return sorted(set(found))
+    existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
+    pattern = re.compile(opts.pattern)
+    names = [t for t in existing if pattern.search(t)]
+    if not names:
+        log.warning("no topic in %s matches subscribePattern %r (topics there: %s)", lm.url(), opts.pattern,
+                    ", ".join(existing[:20]) or "none")
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 

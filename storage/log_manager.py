@@ -227,11 +227,23 @@ class LogManager:
     def _topic_files(self, topic: str) -> list[str]:
         """The topic's metadata files that exist, first log dir first."""
         name = topic_file_name(topic)
+        return [self.fs.join(d, name) for d in self.log_dirs if self._has(d, name, False)]
+
+    def _has(self, log_dir: str, name: str, is_dir: bool) -> bool:
+        """Whether a log dir holds a file (or directory) `name`. Inside snapshot(): from the log dir's listing
+        once something has listed it, else one lookup each, remembered, so that a pass over a few topics costs
+        O(their partitions), not O(everything under ROOT)."""
+        path = self.fs.join(log_dir, name)
         if self._memo is not None:
-            return [self.fs.join(d, name) for d in self.log_dirs if name in self._names(d, False)]
+            if ("listdir", log_dir) in self._memo:
+                return name in self._names(log_dir, is_dir)
+            key = ("has", path, is_dir)
+            if key not in self._memo:
+                self._list_log_dirs()
+                self._memo[key] = self.fs.isdir(path) if is_dir else self.fs.exists(path)
+            return self._memo[key]
         self._list_log_dirs()
-        paths = [self.fs.join(d, name) for d in self.log_dirs]
-        return [p for p in paths if self.fs.exists(p)]
+        return self.fs.isdir(path) if is_dir else self.fs.exists(path)
 
     def _names(self, log_dir: str, dirs: bool) -> frozenset:
         """Names of the directories (dirs) or files in a log dir's listing (inside snapshot())."""
@@ -384,11 +396,7 @@ class LogManager:
     def _locate(self, tp: TopicPartition) -> str | None:
         """The partition's directory in whichever log dir holds it, or None."""
         name = partition_dir_name(tp)
-        if self._memo is not None:
-            found = [self.fs.join(d, name) for d in self.log_dirs if name in self._names(d, True)]
-        else:
-            self._list_log_dirs()
-            found = [p for p in (self.fs.join(d, name) for d in self.log_dirs) if self.fs.isdir(p)]
+        found = [self.fs.join(d, name) for d in self.log_dirs if self._has(d, name, True)]
         if len(found) > 1:
             raise KafkaStorageError(f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
                                     f"{self.url(found[0])} and {self.url(found[1])}; remove one of them")

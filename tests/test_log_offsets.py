@@ -239,3 +239,27 @@ def test_a_writer_that_waited_for_the_lock_does_not_undo_delete_records(root, mo
     writer.join(600)
     with LogManager(root).open_log(tp) as log:
         assert (log.log_start_offset, log.log_end_offset) == (7, 12)
+
+
+def test_a_subscribed_trigger_never_lists_the_whole_root(root, monkeypatch):
+    """subscribe names its topics: a trigger looks them up by name, so its cost does not grow with the
+    other topics under ROOT (subscribePattern must list them, and does)."""
+    from storage.local_filesystem import LocalFileSystem
+
+    lm = LogManager(root)
+    for t in ("a", "b", "c"):
+        lm.create_topic(t, 4)
+    append(lm, TopicPartition("a", 1), 3)
+    listed = []
+    real = LocalFileSystem.listdir
+    monkeypatch.setattr(LocalFileSystem, "listdir", lambda self, path: listed.append(path) or real(self, path))
+    stream = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribe": "a"}, streaming=True), ("value",))
+    start = stream.initialOffset()
+    latest = stream.latestOffset(start, None)
+    assert latest == {"a": {"0": 0, "1": 3, "2": 0, "3": 0}}
+    stream.partitions(start, latest)
+    assert os.path.abspath(root) not in [os.path.abspath(p) for p in listed]
+    pattern = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribepattern": "^a$"}, streaming=True),
+                                   ("value",))
+    assert pattern.latestOffset(pattern.initialOffset(), None) == latest
+    assert os.path.abspath(root) in [os.path.abspath(p) for p in listed]  # the counter sees a root listing
