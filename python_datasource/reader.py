@@ -179,10 +179,11 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = time.monotonic()
         self._lm: LogManager | None = None
         self._offsets = LogOffsetsCache()  # partitions whose files did not change are not reopened
+        self._planned: dict | None = None  # latestOffset's states, reused by the partitions() call after it
 
     def __getstate__(self):  # tasks get a copy for read(): the driver-side caches stay behind
         state = dict(self.__dict__)
-        state["_lm"], state["_offsets"] = None, LogOffsetsCache()
+        state["_lm"], state["_offsets"], state["_planned"] = None, LogOffsetsCache(), None
         return state
 
     def _log_manager(self) -> LogManager:
@@ -218,7 +219,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _to_json({tp: st.log_end for tp, st in self._states().items()})
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        states = self._states()
+        states = self._planned = self._states()
         latest = {tp: st.log_end for tp, st in states.items()}
         if self._target is not None:
             latest = {tp: min(off, self._target.get(tp, states[tp].log_start)) for tp, off in latest.items()}
@@ -242,7 +243,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict):
         o = self.options
-        states = self._states()
+        # Spark plans a trigger's partitions right after its latestOffset: the offsets found there serve both
+        # (one look at each partition per trigger; on object stores one LIST at most)
+        states, self._planned = (self._planned if self._planned is not None else self._states()), None
         begin, stop = _from_json(start), _from_json(end)
         for tp in begin:
             if tp not in states:

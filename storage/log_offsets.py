@@ -9,13 +9,16 @@ and its CRC) and reused while nothing they depend on has changed:
 
 Versions come from LogFileSystem.file_version (local disk: inode, size, mtime, ctime). One whose mtime is
 less than SETTLE_NS old is not trusted: a second change within the filesystem's timestamp tick would
-leave it unchanged. Stores without versions (object stores, memory://) compute every time.
+leave it unchanged. On object stores segments are immutable, create-only objects, so the partition's
+listing (names and sizes: one LIST, or the store's listing cache) is its version. memory:// computes
+every time.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Hashable
 
 from .filesystem import FileVersion
 from .log_manager import LogManager
@@ -36,8 +39,8 @@ class LogOffsetSnapshot:
 class _Entry:
     dir: str
     active_log: str
-    dir_version: FileVersion
-    log_version: FileVersion
+    dir_version: Hashable
+    log_version: FileVersion | None
     checkpointed_start: int | None
     offsets: LogOffsetSnapshot
 
@@ -56,25 +59,36 @@ class LogOffsetsCache:
         start = lm.checkpointed_log_start(tp)
         entry = self._entries.get(tp)
         if entry is not None:
-            if (entry.checkpointed_start == start and fs.file_version(entry.dir) == entry.dir_version
+            if (entry.checkpointed_start == start and self._dir_version(fs, entry.dir) == entry.dir_version
                     and fs.file_version(entry.active_log) == entry.log_version):
                 self.hits += 1
                 return entry.offsets
             del self._entries[tp]
         self.misses += 1
         dir = lm.partition_dir(tp)
-        before = fs.file_version(dir)
+        before = self._dir_version(fs, dir)
         with lm.open_log(tp) as log:
             found = LogOffsetSnapshot(log.log_start_offset, log.log_end_offset)
             active, seen_size = log.active_segment.log_path, log.active_segment.size
-        if before is None:
+        if before is None or self._dir_version(fs, dir) != before:
             return found
-        after, log_version = fs.file_version(dir), fs.file_version(active)
-        settled = self.clock_ns() - SETTLE_NS
-        if (after == before and log_version is not None and log_version.size == seen_size
-                and before.mtime_ns < settled and log_version.mtime_ns < settled):
-            self._entries[tp] = _Entry(dir, active, before, log_version, start, found)
+        if isinstance(before, FileVersion):  # a stat: trusted once settled, with the active .log's own
+            log_version = fs.file_version(active)
+            settled = self.clock_ns() - SETTLE_NS
+            if not (log_version is not None and log_version.size == seen_size and before.mtime_ns < settled
+                    and log_version.mtime_ns < settled):
+                return found
+        else:
+            log_version = None
+        self._entries[tp] = _Entry(dir, active, before, log_version, start, found)
         return found
+
+    @staticmethod
+    def _dir_version(fs, dir: str) -> Hashable | None:
+        version = fs.file_version(dir)
+        if version is not None or fs.capabilities.append:
+            return version
+        return tuple(sorted((f.name, f.size, f.is_dir) for f in fs.listdir(dir)))
 
     def forget(self, keep) -> None:
         """Drop the entries of partitions not in `keep` (gone from the query)."""

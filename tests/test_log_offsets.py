@@ -15,6 +15,7 @@ import pytest
 from kafka_reference import kp_batch
 
 import storage.checkpoint as checkpoint_module
+from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 from python_datasource.reader import KafkaLogBatchReader, KafkaLogStreamReader
 from python_datasource.source_options import SourceOptions
 from storage.errors import UnknownTopicOrPartitionError
@@ -263,3 +264,31 @@ def test_a_subscribed_trigger_never_lists_the_whole_root(root, monkeypatch):
                                    ("value",))
     assert pattern.latestOffset(pattern.initialOffset(), None) == latest
     assert os.path.abspath(root) in [os.path.abspath(p) for p in listed]  # the counter sees a root listing
+
+
+def test_an_s3_trigger_with_nothing_new_lists_each_partition_once_and_reads_nothing(s3_server, s3_root):  # noqa: F811
+    """On an object store the partition's listing is its version: a trigger (latestOffset, then partitions)
+    with nothing new makes one LIST per partition and no GET of a segment object."""
+    import json as _json
+
+    url, storage = s3_root
+    lm = LogManager(url, storage)
+    lm.create_topic("t", 4)
+    for p in (0, 2):
+        append(lm, TopicPartition("t", p), 3)
+    options = {"path": url, "subscribe": "t"}
+    options.update({f"fs.{k}": v if isinstance(v, str) else _json.dumps(v) for k, v in storage.items()})
+    stream = KafkaLogStreamReader(SourceOptions.parse(options, streaming=True), ("value",))
+    first = stream.latestOffset(stream.initialOffset(), None)
+    stream.partitions(first, first)
+    stream._log_manager().fs.invalidate_listings()  # every listing must really be asked for again
+    mark = s3_server.log.mark()
+    latest = stream.latestOffset(first, None)
+    assert stream.partitions(latest, latest) == []
+    assert latest == {"t": {"0": 3, "1": 0, "2": 3, "3": 0}}
+    reqs = s3_server.log.since(mark)
+    lists = [r for r in reqs if r.method == "GET" and "list-type" in r.query or "prefix=" in r.query]
+    segment_reads = [r for r in reqs if r.method == "GET" and r.path.endswith((".log", ".index", ".timeindex"))]
+    for p in range(4):
+        assert sum(f"t-{p}%2F" in r.query or f"t-{p}/" in r.query for r in lists) <= 1, [r.query for r in lists]
+    assert segment_reads == []
