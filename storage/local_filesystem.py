@@ -208,10 +208,13 @@ class LocalFileSystem(LogFileSystem):
                 out = []
                 for e in it:
                     try:
+                        if e.is_dir():  # from the listing's d_type: no stat for a directory (size 0)
+                            out.append(FileInfo(e.name, 0, True))
+                            continue
                         st = e.stat()
                     except FileNotFoundError:  # removed between listing and stat
                         continue
-                    out.append(FileInfo(e.name, st.st_size, e.is_dir()))
+                    out.append(FileInfo(e.name, st.st_size, False))
                 return out
         except FileNotFoundError:
             return []
