@@ -5,7 +5,7 @@ Run:
     python benchmarks/scale.py --quick             # up to 1000 partitions, 100 segments (a couple of minutes)
     python benchmarks/scale.py                     # up to 10,000 partitions, 1000 segments
     python benchmarks/scale.py --s3 --quick        # on moto's S3 server in this process: requests and bytes too
-    python benchmarks/scale.py --spark --ops a,e   # also through Spark (local[2]): planning, maintain --spark
+    python benchmarks/scale.py --spark --ops a,b,e # also through Spark (local[2]): planning, idle triggers, maintain
     python benchmarks/scale.py --ops b --profile b --profile-layout 10x100   # cProfile of one op
 Options: --max-partitions N (default 10000), --max-segments N (default 1000), --ops a,b,c,d,e,f,
 --json FILE (every figure, per op and layout), --op-budget S (an op whose run took longer than S seconds
@@ -25,11 +25,13 @@ Operations (--ops):
      data_source.py builds them); with --spark also spark.read.format("kafkalog")...load(root) and
      planning forced by df._jdf.queryExecution().toRdd().getNumPartitions() (the Python planner worker runs)
   b  one readStream trigger with nothing new: KafkaLogStreamReader.latestOffset(start, ReadAllAvailable())
-     + partitions(start, end) with start == latest (no Spark); the note column splits the two
+     + partitions(start, end) with start == latest (no Spark); the note column splits the two. With --spark
+     also a readStream query into the noop sink, trigger(processingTime=0): Spark's own triggerExecution,
+     median of 30 triggers with nothing new (spark.sql.streaming.noDataProgressEventInterval=0)
   c  LogManager(root) + topics() + partitions(t) for every topic
   d  `kafkalog describe ROOT` through the CLI (LogManager.describe and the text tables), output discarded
   e  one `maintain --once` pass with nothing due (kafkalog_ds.maintenance.run_once); with --spark also
-     run_once(spark=...) (one task per partition, local[2]). kafkalog.segment.merge.min.age.ms is set
+     run_once(spark=...) (4 tasks per core, local[2]). kafkalog.segment.merge.min.age.ms is set
      to ~forever so the S3 layouts' small segments are not merged (which would change them)
   f  peak memory of driver-side planning (op a, direct): a fresh `python` subprocess warms up on the 1x1
      layout (imports, numba kernels), then plans the layout; reported: the growth of its peak RSS
@@ -80,7 +82,7 @@ SEGMENT_COUNTS = [1, 10, 100, 1000]
 RECORDS_PER_BATCH = 3
 MAINT_SETTINGS = {"kafkalog.segment.merge.min.age.ms": str(10**13)}  # nothing due: no merge of small segments
 OP_NAMES = {
-    "a": "plan (direct)", "a-spark": "plan (spark)", "b": "trigger", "c": "list", "d": "describe",
+    "a": "plan (direct)", "a-spark": "plan (spark)", "b": "trigger", "b-spark": "trigger (spark)", "c": "list", "d": "describe",
     "e": "maintain", "e-spark": "maintain (spark)", "f": "plan memory",
 }
 
@@ -370,6 +372,38 @@ def op_trigger(env: Env, layout: Layout) -> Result:
     return res
 
 
+def op_trigger_spark(env: Env, layout: Layout, triggers: int = 30) -> Result:
+    """Spark's own triggerExecution of readStream triggers with nothing new (median of `triggers`, after the
+    first few), with a query that has read everything there is: what a user's idle stream costs."""
+    import statistics
+    import tempfile
+
+    spark = env.spark
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")  # a progress for every idle trigger
+    ckpt = tempfile.mkdtemp(prefix="scale-trigger-", dir=env.work)
+    q = (spark.readStream.format("kafkalog").options(**env.spark_options).option("subscribePattern", ".*")
+         .load(env.root(layout)).writeStream.format("noop").option("checkpointLocation", ckpt)
+         .trigger(processingTime="0 seconds").start())
+    busy0 = machine_busy_seconds()
+    try:
+        idle = []
+        while len(idle) < triggers + 5:  # a hang guard would only hide a bug here: the query fails or idles
+            if q.exception() is not None:
+                raise RuntimeError(f"trigger (spark) on {layout.name}: {q.exception()}")
+            idle = [p for p in q.recentProgress if p["numInputRows"] == 0 and "latestOffset" in p["durationMs"]]
+            time.sleep(0.2)
+    finally:
+        q.stop()
+    idle = idle[5:]
+    te = statistics.median(p["durationMs"]["triggerExecution"] for p in idle) / 1000
+    lo = statistics.median(p["durationMs"]["latestOffset"] for p in idle) / 1000
+    res = fill(Result("b-spark", layout.name, layout.partitions, layout.segments),
+               (te, 0.0, machine_busy_seconds() - busy0, [], None), len(idle), env)
+    res.extra = {"latestOffset_s": lo}
+    res.note = f"median of {len(idle)} idle triggers; latestOffset {lo * 1000:.1f} ms; cpu n/a; others: whole run"
+    return res
+
+
 def op_list(env: Env, layout: Layout) -> Result:
     from storage.log_manager import LogManager
 
@@ -615,7 +649,8 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="stop at 1000 partitions and 100 segments")
     p.add_argument("--ops", default="a,b,c,d,e,f", help="operations to run (a,b,c,d,e,f; see the docstring)")
     p.add_argument("--s3", action="store_true", help="layouts on moto's S3 server started in this process")
-    p.add_argument("--spark", action="store_true", help="also plan (a) and maintain (e) through Spark, local[2]")
+    p.add_argument("--spark", action="store_true",
+                   help="also plan (a), idle triggers (b) and maintain (e) through Spark, local[2]")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     p.add_argument("--op-budget", type=float, default=300.0,
                    help="seconds: an op slower than this on a layout is skipped on the larger ones")
@@ -690,6 +725,8 @@ def main(argv=None) -> None:
                     runners.append(("a-spark", lambda lay: op_plan_spark(env, lay)))
             elif o == "b":
                 runners.append(("b", lambda lay: op_trigger(env, lay)))
+                if args.spark:
+                    runners.append(("b-spark", lambda lay: op_trigger_spark(env, lay)))
             elif o == "c":
                 runners.append(("c", lambda lay: op_list(env, lay)))
             elif o == "d":

@@ -216,7 +216,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def reportLatestOffset(self):
-        return _to_json({tp: st.log_end for tp, st in self._states().items()})
+        """Spark asks right after latestOffset, for the progress report: the offsets just found serve."""
+        states = self._planned if self._planned is not None else self._states()
+        return _to_json({tp: st.log_end for tp, st in states.items()})
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         states = self._planned = self._states()

@@ -163,6 +163,10 @@ def test_planning_reads_each_partition_once_and_triggers_reopen_only_changed(roo
     latest = stream.latestOffset(latest, None)
     assert latest["b"]["7"] == 5
     assert opened == [TopicPartition("b", 7)]
+    looked = stream._offsets.hits + stream._offsets.misses
+    assert stream.reportLatestOffset() == latest  # Spark's progress report, right after: no second look
+    assert stream.partitions(latest, latest) == []
+    assert stream._offsets.hits + stream._offsets.misses == looked
 
 
 def test_maintenance_pass_never_lowers_a_log_start_offset(root):
