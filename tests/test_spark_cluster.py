@@ -9,16 +9,18 @@ exact row set (0 .. the limit it fed). Every row carries headers naming the exec
 that produced it. What a scenario wrote is read back with the repo's engine (LogManager ... read_records)
 and with kafka-python: every row exactly once, offsets dense from 0 per partition.
 
-- the sink while executor JVMs are SIGKILLed, some inside a task's write (held there by the test, so
-  the kill is known to fail a task), some at random moments (test_sink_survives_executor_kills)
+- the sink while executor JVMs are SIGKILLed, some while a task is held mid-flight (the counter source waits
+  while the test's hold file exists, so the kill is known to fail a task), some at random moments
+  (test_sink_survives_executor_kills)
 - batch and stream reads spread over both executors (test_reads_spread_over_both_executors)
 - the maintenance job on the cluster (its CLI on a cluster of its own, then run_once(spark=...) passes in
   the app) beside a live stream into a compacted topic (test_maintenance_job_beside_a_live_stream)
   These three share one driver and cluster (the `group` fixture): sink, then reads, then maintenance.
-- the driver SIGKILLed (driver, its JVM, the cluster it started) mid-stream, twice, then a third driver
-  finishes from the same checkpoint (test_driver_kill_then_restart_from_the_checkpoint)
+- the driver SIGKILLed (driver, its JVM, the cluster it started) mid-stream, just after its tasks staged
+  their rows, then a new driver finishes from the same checkpoint
+  (test_driver_kill_then_restart_from_the_checkpoint)
 - the sink on the S3 test server while executors are killed: the executors share only the object
-  store (test_s3_sink_survives_executor_kills)
+  store, for data (test_s3_sink_survives_executor_kills; the hold file is the test's control channel)
 
 Waits are on conditions (commits, files, processes), each with a hang guard (HANG_S) that only a
 hang reaches; nothing asserts how long anything took.
@@ -57,6 +59,7 @@ SEED = 20250301
 BATCH_ROWS = 200  # rows per micro-batch, 2 tasks each
 AHEAD_ROWS = 3 * BATCH_ROWS  # the test feeds the source this far past the last committed row
 MAX_RANDOM_DELAY_S = 2.0
+EXECUTOR_KILLS = (2, 2)  # per executor-kill scenario: kills of a held task's executor, kills at random moments
 EVENTS_PARTITIONS = 3
 KV_PARTITIONS = 3
 APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spark_cluster_app.py")
@@ -389,6 +392,16 @@ def pending_commits(root: str, topic: str, partitions: int) -> list:
     return out
 
 
+def committed_batches(root: str, topic: str, partitions: int) -> list:
+    """Per partition, the last micro-batch the sink's writer state says the partition holds (-1: none)."""
+    out = []
+    for p in range(partitions):
+        path = os.path.join(root, f"{topic}-{p}", STATE_FILE)
+        writers = json.loads(pathlib.Path(path).read_text())["writers"] if os.path.exists(path) else {}
+        out.append(max((e["committed_batch_id"] for e in writers.values()), default=-1))
+    return out
+
+
 def failed_tasks(phase: dict) -> int:
     """Task attempts that failed in the phase's stages (and before it), as Spark's status tracker counts them."""
     return sum(phase["failed_tasks"].values())
@@ -429,7 +442,7 @@ def group(tmp_path_factory, spark_env):
     try:
         events = Feeder(control, "events", spec["phases"][0]["checkpoint"])
         d.pumps.append(events.pump)
-        g.kills = kill_executors(d, spec["phases"][0]["checkpoint"], kill_plan(rng, 3, 3), rng)
+        g.kills = kill_executors(d, spec["phases"][0]["checkpoint"], kill_plan(rng, *EXECUTOR_KILLS), rng)
         g.n_events = events.finish()
         d.pumps.remove(events.pump)
         d.wait(lambda: d.status().get("phase") not in (None, "starting", "events"), "the end of the sink phase")
@@ -480,7 +493,7 @@ def test_sink_survives_executor_kills(group):
           f"rows written by executors {sorted(seen['executors'], key=int)}, {g.n_events} rows in "
           f"{g.result['events']['batches']} micro-batches, {g.seconds['sink']:.0f}s")
     print("\n".join(g.kills.kills))
-    assert len(g.kills.kills) == 6
+    assert len(g.kills.kills) == sum(EXECUTOR_KILLS)
     # each held kill failed the task it held: Spark counted the failure and the task's rows came from a retry
     assert failed >= g.kills.modes["held"]
     assert set(g.kills.held_tasks) <= {t.rsplit(".", 1)[0] + ".0" for t in seen["retried_tasks"]} | set(), \
@@ -555,7 +568,10 @@ def test_maintenance_job_beside_a_live_stream(group):
 
 # ---- the driver killed, then restarted from its checkpoint ----
 
-DRIVER_KILL_MODES = ("held", "random")  # one driver killed while tasks are inside write(), one at a random moment
+# Drivers killed before the one that finishes, each at one of these moments: "staged" once a task's staging directory
+# appears (tasks done or finishing, the commit due or under way; the restart finds staging left behind), "held"
+# while tasks are held inside the source's read, "random" a random delay after a commit.
+DRIVER_KILL_MODES = ("staged",)
 
 
 def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
@@ -578,7 +594,13 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
             first = max(batch_ids(os.path.join(ckpt, "commits")), default=-1)
             d.wait(lambda first=first: max(batch_ids(os.path.join(ckpt, "commits")), default=-1) >= first + 2,
                    f"two commits in run {run}")
-            if mode == "held":
+            if mode == "staged":
+                known = set(staged_leftovers(root))
+                d.wait(lambda known=known: set(staged_leftovers(root)) - known, "a task's staging directory")
+                delay = rng.uniform(0, 0.05)
+                d.sleep(delay)
+                what = f"+{delay:.2f}s after a task's staging directory appeared"
+            elif mode == "held":
                 (control / "hold").touch()
                 d.wait(lambda: list(control.glob("held-*.json")), "a task held inside its write")
                 what = "tasks held inside write()"
@@ -588,7 +610,8 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
                 what = f"random, +{delay:.2f}s"
             d.kill()
             offsets, commits = batch_ids(os.path.join(ckpt, "offsets")), batch_ids(os.path.join(ckpt, "commits"))
-            report.append(f"driver {run} killed ({what}): batch {max(offsets)} planned, {max(commits)} committed, "
+            report.append(f"driver {run} killed ({what}): batch {max(offsets)} planned, {max(commits)} in Spark's "
+                          f"commit log, in the partitions' writer state {committed_batches(root, 'events', 3)}, "
                           f"staging dirs left {len(staged_leftovers(root))}, "
                           f"pending commits {len(pending_commits(root, 'events', EVENTS_PARTITIONS))}")
         finally:
@@ -599,7 +622,7 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
     got = engine_records(LogManager(root), "events", EVENTS_PARTITIONS)
     assert got == kafka_python_records(root, "events", EVENTS_PARTITIONS)
     seen = check_events(got, n_rows)
-    print(f"\ndriver kills: {len(DRIVER_KILL_MODES)} drivers killed, then one restart to the end; {n_rows} rows in "
+    print(f"\ndriver kills: {len(DRIVER_KILL_MODES)} driver(s) killed with their clusters, then one restart to the end; {n_rows} rows in "
           f"{max(batch_ids(os.path.join(ckpt, 'commits'))) + 1} micro-batches, written by executors "
           f"{sorted(seen['executors'], key=int)} of {len(DRIVER_KILL_MODES) + 1} clusters; "
           f"{time.monotonic() - t0:.0f}s\n" + "\n".join(report))
@@ -626,7 +649,7 @@ def test_s3_sink_survives_executor_kills(tmp_path, spark_env, s3_server):  # noq
     try:
         feeder = Feeder(control, "s3", ckpt)
         d.pumps.append(feeder.pump)
-        kills = kill_executors(d, ckpt, kill_plan(rng, 2, 2), rng)
+        kills = kill_executors(d, ckpt, kill_plan(rng, *EXECUTOR_KILLS), rng)
         n_rows = feeder.finish()
         result = d.finish()
     finally:
