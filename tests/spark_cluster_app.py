@@ -124,7 +124,7 @@ def task_tag() -> tuple[str, str]:
 
 def hold_if_asked(control: str, executor: str, task: str) -> None:
     """While CONTROL/hold exists, say so (held-<task>.json) and wait: the test kills this executor or the
-    driver at a moment it knows a task is inside its write."""
+    driver at a moment it knows a task is running (before its sink has staged anything)."""
     hold = os.path.join(control, "hold")
     if not os.path.exists(hold):
         return

@@ -278,9 +278,9 @@ class KillLog:
 
 def kill_executors(d: Driver, ckpt: str, plan: list[str], rng: random.Random) -> KillLog:
     """SIGKILL one executor JVM per entry of plan, once both executors are registered and a micro-batch
-    committed since the last kill. `held`: a task is held inside its write (the counter source waits while
-    CONTROL/hold exists) and its executor is killed, so the task fails and runs again on another
-    executor. `random`: a random executor, a random moment later."""
+    committed since the last kill. `held`: a task is held mid-flight (the counter source's read waits while
+    CONTROL/hold exists) and its executor is killed, so the task is known to fail and run again on another
+    executor. `random`: a random executor, a random moment later (in a task or between them)."""
     out = KillLog()
     hold = d.control / "hold"
     for n, mode in enumerate(plan):
@@ -297,7 +297,7 @@ def kill_executors(d: Driver, ckpt: str, plan: list[str], rng: random.Random) ->
             for f in d.control.glob("held-*.json"):
                 f.unlink()
             hold.touch()
-            held = d.wait(lambda: sorted(d.control.glob("held-*.json")), f"a task held in write before kill {n + 1}")
+            held = d.wait(lambda: sorted(d.control.glob("held-*.json")), f"a task held before kill {n + 1}")
             chosen = app.read_json(str(rng.choice(held)))
             eid = chosen["executor"].split("@", 1)[0]
             jvms = {eid: chosen["jvm"]}
@@ -455,17 +455,19 @@ def group(tmp_path_factory, spark_env):
         d.wait(lambda: batch_ids(os.path.join(kv_ckpt, "commits")), "the first commit into kv")
         # The maintenance CLI on a cluster of its own, beside the live stream (the app runs no pass of its own
         # until it ends: two jobs are not meant to maintain one local log dir at once).
-        cli = subprocess.Popen([sys.executable, "-m", "kafkalog_ds.maintenance", root, "--spark", "--master", MASTER],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, cwd=PROJECT,
-                               env=spark_env)
+        cli_out, cli_err = control / "maintenance-cli.out", control / "maintenance-cli.err"
+        with open(cli_out, "wb") as out, open(cli_err, "wb") as err:  # files, not pipes: nothing can block on them
+            cli = subprocess.Popen([sys.executable, "-m", "kafkalog_ds.maintenance", root, "--spark", "--master", MASTER],
+                                   stdout=out, stderr=err, start_new_session=True, cwd=PROJECT, env=spark_env)
         try:
             d.wait(lambda: cli.poll() is not None, "the maintenance CLI's exit")
+            d.wait(lambda: not session_procs(cli.pid), "the maintenance CLI's executors to exit")
         finally:
-            if cli.poll() is None:
+            if cli.poll() is None or session_procs(cli.pid):
                 kill_session(cli.pid)
-            out, err = cli.communicate()
-            g.cli = subprocess.CompletedProcess(cli.args, cli.returncode, out.decode(), err.decode())
-        assert not session_procs(cli.pid), "the maintenance CLI left processes behind"
+            cli.wait()
+            g.cli = subprocess.CompletedProcess(cli.args, cli.returncode, cli_out.read_text(errors="replace"),
+                                                cli_err.read_text(errors="replace"))
         (control / "go-passes").touch()
         # two in-app passes (run_once(spark=...) on this cluster) while the stream still writes
         d.wait(lambda: d.status().get("maintenance", {}).get("passes", 0) >= 2, "two maintenance passes")
@@ -602,8 +604,8 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
                 what = f"+{delay:.2f}s after a task's staging directory appeared"
             elif mode == "held":
                 (control / "hold").touch()
-                d.wait(lambda: list(control.glob("held-*.json")), "a task held inside its write")
-                what = "tasks held inside write()"
+                d.wait(lambda: list(control.glob("held-*.json")), "a task held mid-flight")
+                what = "tasks held mid-flight"
             else:
                 delay = rng.uniform(0, MAX_RANDOM_DELAY_S)
                 d.sleep(delay)
