@@ -19,7 +19,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .errors import CorruptIndexError, CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
+from .errors import (
+    CorruptIndexError, CorruptRecordError, KafkaStorageError, LogLockedError, UnknownTopicOrPartitionError,
+)
 from .filesystem import FileInfo, LogFileSystem
 from .objects.immutable_segment import (
     check_exclusive_create, immutable_segments, next_offset_of, rebuild_indexes,
@@ -28,7 +30,7 @@ from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment, segment_settings
 from .producer_state import producer_state_for
-from .segment_swap import LocalSwapPlan, object_swap_last_offset, plan_local_swaps
+from .segment_swap import LocalSwapPlan, cleaner_output_lock, object_swap_last_offset, plan_local_swaps
 from .topic_partition import (
     CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file, segment_file_name,
@@ -157,25 +159,45 @@ class LogLoader:
             self._apply_swap_plan(plan_local_swaps(self.fs, self.dir, files, self._kwargs()))
             files = self.fs.listdir(self.dir)
         keep: list[FileInfo] = []
-        for f in files:
-            if f.is_dir:
-                continue
-            path = self.fs.join(self.dir, f.name)
-            parsed = parse_segment_file(f.name)
-            if f.name.endswith(".tmp") or (parsed is not None and parsed.extra == CLEANED_FILE_SUFFIX):
-                self._remove(path)
-            elif parsed is not None and parsed.extra == DELETED_FILE_SUFFIX:
-                try:
-                    due = self.now_ms - self.fs.modified_ms(path) >= self.config.file_delete_delay_ms
-                except FileNotFoundError:  # removed by a maintenance pass since the listing
+        with contextlib.ExitStack() as cleaner_gone:
+            live_cleaner = self._live_cleaner(files, cleaner_gone)
+            for f in files:
+                if f.is_dir:
                     continue
-                if due:
-                    self._remove(path)
-            elif parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
-                self._remove(path)  # index swaps: the indexes of swapped-in segments are rebuilt
-            else:
-                keep.append(f)
+                if live_cleaner and CLEANED_FILE_SUFFIX in f.name:
+                    continue  # a cleaner in another process is writing it (it holds .cleaner.lock)
+                self._clean_leftover(f, keep)
         return keep
+
+    def _live_cleaner(self, files: list[FileInfo], stack: contextlib.ExitStack) -> bool:
+        """Whether a cleaner is writing `.cleaned` output here now; if not, its lock is held (in `stack`)
+        while the leftovers go, so that none starts meanwhile."""
+        if not any(CLEANED_FILE_SUFFIX in f.name for f in files):
+            return False
+        try:
+            stack.enter_context(cleaner_output_lock(self.fs, self.dir, timeout=0))
+        except LogLockedError:
+            return True
+        return False
+
+    def _clean_leftover(self, f: FileInfo, keep: list[FileInfo]) -> None:
+        """Remove f if it is a leftover (temp file, `.cleaned`, index `.swap`, `.deleted` past its delay);
+        else keep it for loading."""
+        path = self.fs.join(self.dir, f.name)
+        parsed = parse_segment_file(f.name)
+        if f.name.endswith(".tmp") or (parsed is not None and parsed.extra == CLEANED_FILE_SUFFIX):
+            self._remove(path)
+        elif parsed is not None and parsed.extra == DELETED_FILE_SUFFIX:
+            try:
+                due = self.now_ms - self.fs.modified_ms(path) >= self.config.file_delete_delay_ms
+            except FileNotFoundError:  # removed by a maintenance pass since the listing
+                return
+            if due:
+                self._remove(path)
+        elif parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
+            self._remove(path)  # index swaps: the indexes of swapped-in segments are rebuilt
+        else:
+            keep.append(f)
 
     def _remove(self, path: str) -> None:
         self.fs.delete(path)

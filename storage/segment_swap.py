@@ -3,7 +3,9 @@
 Local disk (append, renames, a partition lock), as Kafka's replaceSegments: `<base>.log.cleaned`
 (written by the cleaner or the merger) -> `.swap` -> the old files -> `.deleted` -> `.swap` stripped,
 then the in-memory segment list. A crash leaves `.cleaned` files (the loader removes them) or `.swap`
-files (the loader completes the swap: storage/log_loader.py).
+files (the loader completes the swap: storage/log_loader.py). A cleaner writes its `.cleaned` files
+holding the partition's `.cleaner.lock` (flock), so a writer's loader removes only those of a cleaner
+that is gone; the swap refuses to start unless every output file is there, whole.
 
 Object stores, with create-only writes instead of renames and a lock:
 
@@ -26,6 +28,7 @@ segment's first batch header.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Callable
@@ -51,8 +54,18 @@ CACHE_BYTES = 64 << 20  # ... up to this much in all
 SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
 
 
+CLEANER_LOCK_FILE = ".cleaner.lock"  # held while a cleaner writes `.cleaned` output in the partition dir
+
+
 class SwapAbortedError(KafkaStorageError):
     """A swap was not made (another job's swap is in the partition, or the sources changed)."""
+
+
+def cleaner_output_lock(fs: LogFileSystem, dir: str, *, timeout: float | None):
+    """The lock a cleaner holds while its `.cleaned` output exists (nothing on stores without locks)."""
+    if not fs.capabilities.locks:
+        return contextlib.nullcontext()
+    return fs.lock(fs.join(dir, CLEANER_LOCK_FILE), timeout=timeout)
 
 
 # ---------------------------------------------------------------- local disk
@@ -72,6 +85,14 @@ def replace_segments(log, new_segments: list[LogSegment], old_segments: list[Log
     if any(not any(s is live for live in live_segments) for s in old_segments):
         raise KafkaStorageError(f"{log.tp.topic}-{log.tp.partition}: a replaced segment is not in the log")
     fresh = sorted(new_segments, key=lambda s: s.base_offset)
+    for seg in fresh:  # the output must be there whole: a swap of missing files would drop the sources' data
+        for path in seg.files():
+            if not log.fs.exists(path):
+                raise SwapAbortedError(f"{log.tp.topic}-{log.tp.partition}: compaction output {log.fs.url(path)} "
+                                       f"is gone; nothing was replaced")
+        if log.fs.size(seg.log_path) != seg.size:
+            raise SwapAbortedError(f"{log.tp.topic}-{log.tp.partition}: compaction output {seg.source} holds "
+                                   f"{log.fs.size(seg.log_path)} bytes, not the {seg.size} written; nothing was replaced")
     for seg in fresh:
         seg.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     if log.fs.capabilities.fsync:

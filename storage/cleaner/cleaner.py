@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _cleaner_kernels as K
 from .cleaner_batches import bounded_chunks, empty_batch, framing_error, record_areas, rewritten_batches
-from ..errors import InvalidConfigError, KafkaStorageError
+from ..errors import InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
 from ..log import Log
@@ -41,7 +41,7 @@ from .offset_map import (DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RE
                          SkimpyOffsetMap)
 from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
-from ..segment_swap import publish_swap, replace_in_memory, replace_segments
+from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
 from .throttler import UNLIMITED, Throttler
 from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
 
@@ -232,7 +232,7 @@ class Cleaner:
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
         rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
-        with _scratch_dir(log) as self._scratch:
+        with self._output_lock(log), _scratch_dir(log) as self._scratch:
             for group in group_segments_by_size(sources, log.config.segment_bytes, log.config.segment_index_bytes,
                                                 first_uncleanable_offset):
                 self._clean_group(rnd, group)
@@ -500,6 +500,19 @@ class Cleaner:
             return True
         out.flush(fsync=False)
         return out.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _output_lock(log: Log):
+        """Held while this cleaner's `.cleaned` files exist, so a writer opening the log leaves them be."""
+        held = contextlib.ExitStack()
+        try:
+            held.enter_context(cleaner_output_lock(log.fs, log.dir, timeout=0))
+        except LogLockedError:
+            raise CleaningAbortedError(f"{log.tp}: another cleaner is compacting this partition now; giving up "
+                                       f"this round") from None
+        with held:
+            yield
 
     def _partition_lock(self, log: Log):
         if log.writable:
