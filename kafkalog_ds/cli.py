@@ -185,8 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--cleaner-config", action="append", default=[], metavar="KEY=VALUE",
                    help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
                         "log.cleaner.io.buffer.load.factor (repeatable)")
-    m.add_argument("--spark", action="store_true", help="spread the partitions over a local Spark session's "
-                                                        "executors (see python -m kafkalog_ds.maintenance)")
+    m.add_argument("--spark", action="store_true", help="with --once: run the pass as a Spark job, the partitions "
+                                                        "spread over the executors")
+    m.add_argument("--master", default="local[*]", help="with --spark: the Spark master URL (default local[*])")
     m.set_defaults(func=cmd_maintain, parser=m)
     return parser
 
@@ -472,10 +473,12 @@ def cmd_maintain(args, stdin, out, err) -> int:
             args.parser.error(f"--cleaner-config takes KEY=VALUE, got {pair!r}")
         settings[key.strip()] = value.strip()
     if args.spark:
-        if not args.once or settings or args.fs:
-            args.parser.error("--spark runs one pass with default settings: use it with --once only "
-                              "(python -m kafkalog_ds.maintenance for more)")
-        return spark_main([args.root, "--spark"] + [a for t in args.topic or [] for a in ("--topic", t)])
+        if not args.once:
+            args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
+        return spark_main([args.root, "--spark", "--master", args.master]
+                          + [a for t in args.topic or [] for a in ("--topic", t)]
+                          + [a for kv in args.fs or [] for a in ("--fs", kv)]
+                          + [a for kv in args.cleaner_config for a in ("--cleaner-config", kv)])
     kwargs = dict(topics=args.topic, cleaner_settings=settings, out=out,
                   storage_options=storage_options_from_cli(args.fs))
     if args.once:

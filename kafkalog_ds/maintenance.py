@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kafkalog_ds.maintenance", description=__doc__.splitlines()[0])
     p.add_argument("root", metavar="ROOT")
     p.add_argument("--topic", action="append")
+    p.add_argument("--once", action="store_true", help="one pass, then exit (the only mode here; as `kafkalog maintain`)")
     p.add_argument("--spark", action="store_true", help="spread partitions over Spark executors")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--fs", action="append", default=[], metavar="KEY=VALUE",

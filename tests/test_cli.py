@@ -570,3 +570,22 @@ def test_produce_shows_progress_on_a_terminal_only(capsys, root, monkeypatch):
                for d in drawn), drawn
     # the line is cleared before the summary, which stands alone at the end
     assert re.search(r"\r\x1b\[KWrote 500 records \(\d+ bytes\) to 1 partition\(s\) of p in [\d.]+ s\n$", text)
+
+
+def test_maintain_spark_passes_master_storage_and_cleaner_options_on(root, capsys, monkeypatch):
+    """`kafkalog maintain --once --spark` runs python -m kafkalog_ds.maintenance's pass with the same
+    ROOT, topics, --fs, --cleaner-config and --master (the Spark session itself is that entry's)."""
+    import kafkalog_ds.maintenance as maintenance
+
+    run(capsys, "topics", root, "--create", "--topic", "a", "--partitions", "1")
+    seen = []
+    monkeypatch.setattr(maintenance, "main", lambda argv: seen.append(argv) or 0)
+    code, _, _ = run(capsys, "maintain", root, "--once", "--spark", "--master", "spark://h:7077", "--topic", "a",
+                     "--fs", "anon=true", "--cleaner-config", "log.cleaner.io.buffer.load.factor=0.5")
+    assert code == 0
+    assert seen == [[root, "--spark", "--master", "spark://h:7077", "--topic", "a", "--fs", "anon=true",
+                     "--cleaner-config", "log.cleaner.io.buffer.load.factor=0.5"]]
+    code, _, err = run(capsys, "maintain", root, "--spark")
+    assert code == 2 and "use it with --once" in err
+    monkeypatch.undo()
+    assert maintenance.main([root, "--once"]) == 0  # the module's entry takes --once too
