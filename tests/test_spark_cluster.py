@@ -45,6 +45,7 @@ import spark_cluster_app as app
 from kafka.partitioner.default import murmur2  # kafka-python's port of the Java client's hash
 from kafka_reference import kp_parse
 from s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, s3_server  # noqa: F401  (fixture)
+from spark_procs import kill_session, proc_cmdline, session_procs
 
 from storage.log_manager import LogManager
 from storage.producer_state import STATE_FILE
@@ -102,43 +103,6 @@ def spark_env(tmp_path_factory):
 
 # ---- processes ----
 
-def session_procs(sid: int) -> list[tuple[int, int, bytes]]:
-    """(pid, process group, command line) of the live (not zombie) processes of a session."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            fields = app.proc_stat(int(d))
-            if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-                out.append((int(d), int(fields[2]), b" ".join(app.proc_cmdline(int(d)))))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of the session at one moment (the driver's group last), then sweep up any
-    forked in between. pyspark's worker daemons call setpgid, hence one killpg per group."""
-    groups = {g for _, g, _ in session_procs(sid)} | {sid}
-    for g in sorted(groups, key=lambda g: g == sid):
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    for _ in range(400):
-        left = session_procs(sid)
-        if not left:
-            return
-        for pid, _, _ in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError(f"processes of the killed driver still run: {session_procs(sid)}")
-
-
 def tail(path, n=60) -> str:
     try:
         lines = pathlib.Path(path).read_bytes().decode(errors="replace").splitlines()
@@ -192,7 +156,7 @@ class Driver:
         out = {}
         for pid, _, _ in session_procs(self.proc.pid):
             try:
-                eid = app.executor_of_cmdline(app.proc_cmdline(pid))
+                eid = app.executor_of_cmdline(proc_cmdline(pid))
             except OSError:
                 continue
             if eid is not None:
@@ -215,7 +179,7 @@ class Driver:
         return result
 
     def kill(self) -> None:
-        kill_session(self.proc.pid)
+        kill_session(self.proc)
         self.proc.wait()
 
     def cleanup(self) -> None:
@@ -464,7 +428,7 @@ def group(tmp_path_factory, spark_env):
             d.wait(lambda: not session_procs(cli.pid), "the maintenance CLI's executors to exit")
         finally:
             if cli.poll() is None or session_procs(cli.pid):
-                kill_session(cli.pid)
+                kill_session(cli)
             cli.wait()
             g.cli = subprocess.CompletedProcess(cli.args, cli.returncode, cli_out.read_text(errors="replace"),
                                                 cli_err.read_text(errors="replace"))

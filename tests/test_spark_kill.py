@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import random
-import signal
 import struct
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from kafka.partitioner.default import murmur2  # kafka-python's port of the Java
 from kafka_reference import kp_parse
 
 import spark_kill_driver as driver
+from spark_procs import kill_session, session_procs
 from storage.log_manager import LogManager
 from storage.producer_state import STATE_FILE
 from storage.staging.staged_commit import STAGED_PREFIX
@@ -55,49 +55,6 @@ def writers_of(partition_dir: str) -> dict:
 
 def batch_ids(path: str) -> set:
     return {int(f) for f in os.listdir(path) if f.isdigit()} if os.path.isdir(path) else set()
-
-
-def session_procs(sid: int) -> list:
-    """(pid, process group) of the live (not zombie) processes of a session."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-            out.append((int(d), int(fields[2])))
-    return out
-
-
-def kill_session(proc: subprocess.Popen) -> int:
-    """SIGKILL the driver, its JVM and every Python worker at one moment; returns how many processes
-    a second sweep had to kill (forked in between). pyspark's worker daemons call setpgid, so a
-    killpg of the driver's group alone would leave them running on: a commit in flight would finish."""
-    groups = {g for _, g in session_procs(proc.pid)} | {proc.pid}
-    for g in sorted(groups, key=lambda g: g == proc.pid):  # the workers first, the driver's group last
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-    stragglers = set()
-    for _ in range(200):
-        left = session_procs(proc.pid)  # processes still exiting, or forked in between
-        if not left:
-            return len(stragglers)
-        for pid, g in left:  # all started by our driver
-            if g not in groups:
-                stragglers.add(pid)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-    raise AssertionError(f"processes of the killed driver still run: {session_procs(proc.pid)}")
 
 
 def walk_log(path: str) -> tuple[int, int]:
