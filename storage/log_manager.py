@@ -284,6 +284,7 @@ class LogManager:
             for d in self.log_dirs:
                 if self.fs.isdir(d):
                     self.fs.sync_dir(d)
+        self.forget_snapshot()  # what was read above, before the topic existed
         return meta
 
     def _create_first_segment(self, partition_path: str) -> None:
@@ -390,6 +391,7 @@ class LogManager:
         body = json.dumps(new.to_json(), indent=2, sort_keys=True).encode() + b"\n"
         with self._dir_lock(self.root, timeout=30):
             self.fs.write_atomic((self._topic_files(topic) or [self._topic_file(topic)])[0], body)
+        self.forget_snapshot()
         return new
 
     # ------------------------------------------------------------------ partitions
@@ -431,6 +433,7 @@ class LogManager:
             self._check_partition(tp)  # the topic may have been deleted since
             path = self.partition_dir(tp)
             self.fs.mkdirs(path)
+        self.forget_snapshot()
         return path
 
     def open_log(self, tp: TopicPartition, *, writable: bool = False, lock_timeout: float | None = 30.0,
@@ -637,6 +640,7 @@ class LogManager:
                         if self.fs.isdir(d):
                             self.fs.sync_dir(d)
                 self._prune_checkpoints(topic)
+        self.forget_snapshot()
         return renamed
 
     def remove_deleted_topic_dirs(self, *, now_ms: int | None = None) -> list[str]:

@@ -296,3 +296,16 @@ def test_an_s3_trigger_with_nothing_new_lists_each_partition_once_and_reads_noth
     for p in range(4):
         assert sum(f"t-{p}%2F" in r.query or f"t-{p}/" in r.query for r in lists) <= 1, [r.query for r in lists]
     assert segment_reads == []
+
+
+def test_a_snapshot_sees_topics_created_and_deleted_through_it(root):
+    lm = LogManager(root)
+    with lm.snapshot():
+        assert lm.topics() == []
+        lm.get_or_create_topic("new", 2)
+        assert lm.topics() == ["new"] and lm.topic("new").partitions == 2
+        lm.open_log(TopicPartition("new", 1)).close()
+        lm.delete_topic("new")
+        assert lm.topics() == []
+        with pytest.raises(UnknownTopicOrPartitionError):
+            lm.topic("new")
