@@ -41,8 +41,6 @@ import threading
 import time
 import traceback
 
-from spark_procs import proc_cmdline, proc_stat
-
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 HANG_S = 600  # a phase waiting on the test (or a held task waiting for its release) gives up after this
@@ -77,6 +75,17 @@ def key_of(scheme: str, i: int) -> str | None:
     if scheme == "changelog":
         return f"hot-{i % 7}" if i % 4 == 0 else f"row-{i}"
     raise ValueError(scheme)
+
+
+def proc_stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat fields after the command name (here, not from spark_procs: executors run this)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def proc_cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
 
 
 def executor_of_cmdline(cmd: list[bytes]) -> str | None:

@@ -680,3 +680,24 @@ def start_appender(open_lm, at_least: int):
     t = threading.Thread(target=appender)
     t.start()
     return stop, committed, errors, t
+
+
+def test_a_pass_with_nothing_due_lists_the_log_dir_a_few_times_not_once_per_partition(s3_server, s3_root):  # noqa: F811
+    """Each partition's listing is refreshed; the log dir's (every partition prefix, so it grows with them)
+    is listed a bounded number of times per pass, not once or twice per partition."""
+    from kafkalog_ds.maintenance import run_once
+
+    url, opts = s3_root
+    lm = LogManager(url, opts)
+    lm.create_topic("p", 20, {"retention.ms": "-1"})
+    for p in range(20):
+        with lm.open_log(TopicPartition("p", p), writable=True) as log:
+            log.append(kp_batch([(TS0, b"k", b"v", [])]))
+    mark = s3_server.log.mark()
+    reports = run_once(url, storage_options=opts,
+                       cleaner_settings={"kafkalog.segment.merge.min.age.ms": str(10**12)})
+    assert len(reports) == 20 and not any(r.errors for r in reports)
+    root_prefix = url[len("s3://"):].split("/", 1)[1] + "/"
+    lists = [r for r in s3_server.log.since(mark) if "list-type" in r.query]
+    root_lists = [r for r in lists if "prefix=" + root_prefix.replace("/", "%2F") + "&" in r.query]
+    assert 1 <= len(root_lists) <= 4, len(root_lists)

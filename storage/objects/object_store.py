@@ -155,7 +155,9 @@ class ObjectStoreFileSystem(LogFileSystem):
         return entries
 
     def invalidate_listings(self, path: str | None = None) -> None:
-        """Forget cached listings: all of them, or those of `path`, the dirs above it and below it."""
+        """Forget cached listings: all of them, or those of `path` and the dirs below it. The dirs above keep
+        theirs (this instance's own writes drop those, see _wrote): a maintenance pass refreshes every
+        partition's listing, and must not list the whole log dir again for each one."""
         with self._cache_guard:
             if path is None:
                 self._listings.clear()
@@ -164,7 +166,6 @@ class ObjectStoreFileSystem(LogFileSystem):
             below = key + "/"
             for k in [k for k in self._listings if k == key or k.startswith(below)]:
                 del self._listings[k]
-            self._forget_parents(key)
 
     def _forget_parents(self, key: str) -> None:
         while True:
@@ -475,6 +476,7 @@ class ObjectStoreFileSystem(LogFileSystem):
             raise self._fail("delete_dir", path, e)
         finally:
             self.invalidate_listings(path)
+            self._wrote(path)  # the prefix is gone from the listings above it too
         if left:
             raise KafkaStorageError(f"{self.url(path)}: delete_dir left {len(left)} objects, e.g. "
                                     f"{self.url(left[0])}")
