@@ -272,16 +272,26 @@ class LocalFileSystem(LogFileSystem):
             self.sync_dir(os.path.dirname(path) or ".")
 
     def create_exclusive(self, path, data, *, durable=True):
+        """O_EXCL for an empty file; otherwise the bytes go to a temp file first and link(2) publishes it,
+        which fails if the name exists: a reader never sees the file before all of its bytes."""
+        if not len(data):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                return False
+            return True
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.link(tmp, path)
         except FileExistsError:
             return False
-        try:
-            os.write(fd, data)
-            if durable:
-                os.fsync(fd)
         finally:
-            os.close(fd)
+            os.unlink(tmp)
         return True
 
     def open_appender(self, path, *, create=True, bulk=False):

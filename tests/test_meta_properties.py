@@ -22,20 +22,32 @@ from storage.meta_properties import META_PROPERTIES_FILE, directory_id
 
 
 def test_the_id_is_made_once_and_kept(root):
+    """Racing creators (two queries starting at once) agree on one id, and no reader ever sees the file
+    before its bytes (local create_exclusive publishes a whole temp file with link(2))."""
     fs = LocalFileSystem()
     assert directory_id(fs, root) is None
-    ids = []
-    threads = [threading.Thread(target=lambda: ids.append(directory_id(fs, root, create=True))) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(set(ids)) == 1 and len(ids[0]) == 32
-    assert directory_id(fs, root, create=True) == ids[0]
-    with open(os.path.join(root, META_PROPERTIES_FILE), "w") as f:
+    for round_ in range(30):
+        d = os.path.join(root, str(round_))
+        ids, errors = [], []
+
+        def make():
+            try:
+                ids.append(directory_id(fs, d, create=True))
+            except Exception as e:  # noqa: BLE001 - a reader that saw the file before its bytes
+                errors.append(e)
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and len(ids) == 8
+        assert len(set(ids)) == 1 and len(ids[0]) == 32
+        assert directory_id(fs, d, create=True) == ids[0]
+    with open(os.path.join(root, "0", META_PROPERTIES_FILE), "w") as f:
         f.write("version=0\n" + "x" * 100_000)
     with pytest.raises(KafkaStorageError, match="directory.id"):
-        directory_id(fs, root)
+        directory_id(fs, os.path.join(root, "0"))
 
 
 def other_node(root: str) -> None:
