@@ -260,14 +260,19 @@ class LocalFileSystem(LogFileSystem):
     def touch(self, path):
         os.utime(path)
 
-    def write_atomic(self, path, data, *, durable=True):
+    @staticmethod
+    def _temp_copy(path, data, durable: bool) -> str:
+        """`data` in a new temp file beside `path` (fsynced if durable); returns its path."""
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         with open(tmp, "wb") as f:
             f.write(data)
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        return tmp
+
+    def write_atomic(self, path, data, *, durable=True):
+        os.replace(self._temp_copy(path, data, durable), path)
         if durable:
             self.sync_dir(os.path.dirname(path) or ".")
 
@@ -280,12 +285,7 @@ class LocalFileSystem(LogFileSystem):
             except FileExistsError:
                 return False
             return True
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        tmp = self._temp_copy(path, data, durable)
         try:
             os.link(tmp, path)
         except FileExistsError:
