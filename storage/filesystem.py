@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from .errors import KafkaStorageError
 
@@ -27,9 +27,9 @@ class Capabilities:
     remote_reads: bool = False  # each read is a request: fetch each byte once rather than copy less
 
 
-@dataclass(frozen=True)
-class FileVersion:
-    """What a file or directory looked like (LogFileSystem.file_version): any change to it changes one field."""
+class FileVersion(NamedTuple):
+    """What a file or directory looked like (LogFileSystem.file_version): any change to it changes one field.
+    A NamedTuple: a stream trigger makes two per partition, so construction and comparison stay in C."""
     inode: int
     size: int
     mtime_ns: int
@@ -95,6 +95,10 @@ class LogFileSystem(abc.ABC):
     # -- names
     @staticmethod
     def join(*parts: str) -> str:
+        if len(parts) == 2:  # the common case, without the generator (several calls per partition per trigger)
+            a, b = parts
+            if a and b and a[-1] != "/" and b[0] != "/" and b[-1] != "/":
+                return a + "/" + b
         return "/".join(p.rstrip("/") if i == 0 else p.strip("/") for i, p in enumerate(parts) if p != "")
 
     @staticmethod

@@ -468,8 +468,11 @@ class LogManager:
 
     def checkpointed_log_start(self, tp: TopicPartition) -> int | None:
         """The partition's entry in its log dir's log-start-offset-checkpoint (None: it has none)."""
-        path = self._locate(tp)
-        log_dir = self._log_dir_of_path(path) if path is not None else self.root
+        if len(self.log_dirs) == 1:
+            log_dir = self.root
+        else:
+            path = self._locate(tp)
+            log_dir = self._log_dir_of_path(path) if path is not None else self.root
         files = self._checkpoints[log_dir]
         return self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(
             (tp.topic, tp.partition))

@@ -7,6 +7,7 @@ Segment files are named by their base offset, 20 digits zero padded, plus a suff
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from typing import NamedTuple
@@ -128,6 +129,7 @@ class LogDirName(NamedTuple):
 _KINDS = ((DELETE_DIR_SUFFIX, "delete"), (FUTURE_DIR_SUFFIX, "future"), (STRAY_DIR_SUFFIX, "stray"))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # every listing of ROOT parses every name again; results are immutable
 def parse_log_dir_name(name: str) -> LogDirName | None:
     """Classify a directory under the log dir, or None if it is not a partition dir.
 
