@@ -70,10 +70,13 @@ class OffsetCheckpointFile:
 def format_checkpoint(entries: Mapping[tuple[str, int], int]) -> bytes:
     """The file's bytes for `entries`, sorted by topic and partition."""
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
+    legal: set[str] = set()  # a topic's name is checked once, not once per partition
     for (topic, partition), offset in sorted(entries.items()):
-        problem = topic_name_problem(topic)
-        if problem:
-            raise ValueError(f"checkpoint entry {topic!r}: {problem}")
+        if topic not in legal:
+            problem = topic_name_problem(topic)
+            if problem:
+                raise ValueError(f"checkpoint entry {topic!r}: {problem}")
+            legal.add(topic)
         if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= _INT_MAX:
             raise ValueError(f"checkpoint entry {topic}-{partition}: partition must be an int in [0, 2**31-1]")
         if isinstance(offset, bool) or not isinstance(offset, int) or not _LONG_MIN <= offset <= _LONG_MAX:
@@ -110,13 +113,16 @@ def parse_checkpoint(data: bytes, *, source: str = "<checkpoint>") -> dict[Topic
         raise bad("the entry count is not a non-negative integer", 2)
     expected = int(lines[1])
     out: dict[TopicPartition, int] = {}
+    legal: set[str] = set()  # a topic's name is checked once, not once per partition
     for lineno in range(3, len(lines) + 1):
         fields = lines[lineno - 1].split()
         if len(fields) != 3:
             raise bad("expected 'topic partition offset'", lineno)
         topic, part, off = fields
-        if topic_name_problem(topic):
-            raise bad(f"illegal topic name ({topic_name_problem(topic)})", lineno)
+        if topic not in legal:
+            if topic_name_problem(topic):
+                raise bad(f"illegal topic name ({topic_name_problem(topic)})", lineno)
+            legal.add(topic)
         if not _INT_RE.fullmatch(part) or not 0 <= int(part) <= _INT_MAX:
             raise bad("the partition is not a non-negative 32-bit integer", lineno)
         if not _INT_RE.fullmatch(off) or not _LONG_MIN <= int(off) <= _LONG_MAX:
