@@ -1,25 +1,20 @@
 """LogManager: Kafka's log dirs. Topics and their configs, partition logs, checkpoints, and the background
 duties (retention, delete-records, topic deletion).
 
-ROOT is one log dir, or several given as a list or as Kafka's setting spelled out,
-`log.dirs=/disk1/logs,/disk2/logs` (all on the same kind of filesystem); a bare path is never split. A new partition goes to the log dir holding the fewest partitions (ties: the first
-listed); a partition is found in whichever dir holds it; each log dir keeps checkpoint files for the
-partitions it holds. Topic metadata (partition count, config overrides) lives in the first log dir as
-`<topic>.kafkalog-topic.json`: a file, not a directory, so a Kafka broker pointed at the dir would
-still load it (one found in another log dir is read too). Topics whose partition directories exist
-without that file (a log dir written by Kafka) are found from the directory names and get the default
-config.
+ROOT names one log dir or several (log_dirs.py). A new partition goes to the log dir holding the fewest
+partitions (ties: the first listed); a partition is found in whichever dir holds it; each log dir keeps
+checkpoint files for the partitions it holds. Topic metadata lives in the first log dir as one topic file
+per topic (topic_metadata.py; one found in another log dir is read too). Topics whose partition
+directories exist without that file (a log dir written by Kafka) are found from the directory names and
+get the default config.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Iterable
 
 from .checkpoint import (
@@ -31,15 +26,16 @@ from .errors import (
     TopicExistsError, UnknownTopicOrPartitionError,
 )
 from .filesystem import LogFileSystem
-from .filesystem_factory import open_filesystem
 from .log import Log
 from .log_config import LogConfig
+from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
 from .log_loader import LOCK_FILE, LogLoader
 from .log_retention import (
     RetentionResult, delete_old_segments, plan_deletion, remove_expired_delete_dirs, remove_expired_deleted_files,
     write_delete_marker,
 )
 from .objects.segment_metadata import largest_timestamp
+from .topic_metadata import MAX_PARTITIONS, TOPIC_FILE_SUFFIX, TopicMetadata, topic_file_name, topic_named_in
 from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name, parse_log_dir_name,
     partition_dir_name, segment_file_name, unify_collision_chars, validate_topic_name,
@@ -47,74 +43,12 @@ from .topic_partition import (
 
 logger = logging.getLogger(__name__)
 
-TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
-LOG_DIRS_PREFIX = "log.dirs="  # ROOT naming several log dirs: log.dirs=/disk1/logs,/disk2/logs
-# A file name, and the temporary name a rewrite uses (".<8 hex>.tmp"), must fit in 255 bytes: topics
-# longer than this get a shortened, hashed file name (`~` cannot appear in a topic name).
-MAX_PLAIN_TOPIC_FILE_TOPIC = 255 - len(TOPIC_FILE_SUFFIX) - 13
-MAX_PARTITIONS = 100_000  # per topic: `<249-char topic>-99999` is the longest directory name that fits
-
-
-def topic_file_name(topic: str) -> str:
-    """`<topic>.kafkalog-topic.json`, or for a long topic `<first 200 chars>~<16 hex of its SHA-256>...`."""
-    if len(topic) <= MAX_PLAIN_TOPIC_FILE_TOPIC:
-        return topic + TOPIC_FILE_SUFFIX
-    return f"{topic[:200]}~{hashlib.sha256(topic.encode()).hexdigest()[:16]}{TOPIC_FILE_SUFFIX}"
 ROOT_LOCK_FILE = ".lock"
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, CLEANER_OFFSET_CHECKPOINT_FILE)
 
 
-@dataclass(frozen=True)
-class TopicMetadata:
-    name: str
-    partitions: int
-    config: LogConfig
-    topic_id: str | None = None
-    persisted: bool = True  # False: inferred from partition directories only
-
-    def to_json(self) -> dict:
-        return {"version": 1, "topic": self.name, "topicId": self.topic_id, "partitions": self.partitions,
-                "config": self.config.overrides}
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def log_dir_list(root) -> list[str]:
-    """The log dirs a ROOT names: a path or URL is one log dir, commas and all; several are a list, or
-    Kafka's `log.dirs=` setting spelled out (`log.dirs=/disk1/logs,/disk2/logs`), never a bare comma."""
-    if isinstance(root, (list, tuple)):
-        parts = [str(p) for p in root]
-    elif str(root).startswith(LOG_DIRS_PREFIX):
-        parts = [p.strip() for p in str(root)[len(LOG_DIRS_PREFIX):].split(",")]
-    else:
-        parts = [str(root)]
-    if not parts or any(not p.strip() for p in parts):
-        raise InvalidConfigError(f"log dirs {root!r}: an empty log dir")
-    return parts
-
-
-def _open_log_dirs(root, storage_options: dict | None, fs: LogFileSystem | None):
-    """(filesystem, [log dir paths]) for one log dir or several (log_dir_list)."""
-    parts = log_dir_list(root)
-    given = fs is not None
-    dirs: list[str] = []
-    for p in parts:
-        if given:
-            path = p
-        else:
-            f, path = open_filesystem(p, storage_options)
-            if fs is None:
-                fs = f
-            elif type(f) is not type(fs) or f.protocol != fs.protocol:
-                raise InvalidConfigError(f"log dirs {root!r}: {p!r} is not on the same kind of filesystem as "
-                                         f"{parts[0]!r}; every log dir must be")
-        path = path.rstrip("/") or "/"
-        if path in dirs:
-            raise InvalidConfigError(f"log dirs {root!r}: {p!r} is listed twice")
-        dirs.append(path)
-    return fs, dirs
 
 
 def _rename_dir(fs: LogFileSystem, src: str, dst: str) -> None:
@@ -137,7 +71,7 @@ class LogManager:
     checkpoints, apply retention and delete-records."""
 
     def __init__(self, root: str, storage_options: dict | None = None, *, fs: LogFileSystem | None = None):
-        self.fs, self.log_dirs = _open_log_dirs(root, storage_options, fs)
+        self.fs, self.log_dirs = open_log_dirs(root, storage_options, fs)
         self.root = self.log_dirs[0]  # the first log dir: topic files, the sink's staging files
         self._checkpoints = {d: {name: OffsetCheckpointFile(self.fs, self.fs.join(d, name)) for name in CHECKPOINT_FILES}
                              for d in self.log_dirs}
@@ -267,7 +201,7 @@ class LogManager:
         if clash:  # Kafka's rule: '.' and '_' collide in metric names
             raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {clash[0]}")
         meta = TopicMetadata(topic, partitions, cfg, uuid.uuid4().hex)
-        body = json.dumps(meta.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        body = meta.to_bytes()
         with self._dir_lock(self.root):  # writers make missing partition dirs under it: none before we are done
             if not self.fs.create_exclusive(self._topic_file(topic), body):
                 raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
@@ -354,7 +288,7 @@ class LogManager:
                     names.add(stem)
                     continue
                 try:  # a long topic's hashed file name: the name is in the file
-                    name = json.loads(self.fs.read(self.fs.join(d, f.name)))["topic"]
+                    name = topic_named_in(self.fs.read(self.fs.join(d, f.name)))
                 except FileNotFoundError:
                     continue
                 except (ValueError, KeyError, TypeError) as e:
@@ -370,9 +304,7 @@ class LogManager:
     def _read_topic(self, topic: str) -> TopicMetadata:
         for path in self._topic_files(topic)[:1]:
             try:
-                doc = json.loads(self.fs.read(path))
-                return TopicMetadata(doc["topic"], int(doc["partitions"]), LogConfig.from_dict(doc.get("config", {})),
-                                     doc.get("topicId"))
+                return TopicMetadata.from_bytes(self.fs.read(path))
             except FileNotFoundError:
                 break  # deleted since we looked
             except (ValueError, KeyError, TypeError) as e:
@@ -388,7 +320,7 @@ class LogManager:
         overrides = {k: v for k, v in meta.config.overrides.items() if k not in set(delete_keys)}
         overrides.update({k: str(v) for k, v in set_config.items()})
         new = TopicMetadata(topic, meta.partitions, LogConfig.from_dict(overrides), meta.topic_id or uuid.uuid4().hex)
-        body = json.dumps(new.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        body = new.to_bytes()
         with self._dir_lock(self.root, timeout=30):
             self.fs.write_atomic((self._topic_files(topic) or [self._topic_file(topic)])[0], body)
         self.forget_snapshot()
