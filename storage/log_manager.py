@@ -35,7 +35,10 @@ from .log_retention import (
     write_delete_marker,
 )
 from .objects.segment_metadata import largest_timestamp
-from .topic_metadata import MAX_PARTITIONS, TOPIC_FILE_SUFFIX, TopicMetadata, topic_file_name, topic_named_in
+from .topic_metadata import (
+    MAX_PARTITIONS, TOPIC_FILE_SUFFIX, TopicMetadata, read_topic_file, topic_file_name,
+    topic_named_in,
+)
 from .topic_partition import (
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name, parse_log_dir_name,
     partition_dir_name, segment_file_name, unify_collision_chars, validate_topic_name,
@@ -288,7 +291,7 @@ class LogManager:
                     names.add(stem)
                     continue
                 try:  # a long topic's hashed file name: the name is in the file
-                    name = topic_named_in(self.fs.read(self.fs.join(d, f.name)))
+                    name = topic_named_in(read_topic_file(self.fs, self.fs.join(d, f.name)))
                 except FileNotFoundError:
                     continue
                 except (ValueError, KeyError, TypeError) as e:
@@ -304,7 +307,10 @@ class LogManager:
     def _read_topic(self, topic: str) -> TopicMetadata:
         for path in self._topic_files(topic)[:1]:
             try:
-                return TopicMetadata.from_bytes(self.fs.read(path))
+                meta = TopicMetadata.from_bytes(read_topic_file(self.fs, path))
+                if meta.name != topic:
+                    raise ValueError(f"it names topic {meta.name!r}, not {topic!r}")
+                return meta
             except FileNotFoundError:
                 break  # deleted since we looked
             except (ValueError, KeyError, TypeError) as e:
