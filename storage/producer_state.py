@@ -34,6 +34,8 @@ HINT_VERSION = 3
 READABLE_HINT_VERSIONS = (2, 3)
 PRODUCER_FIELDS_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 in a batch header
 MAX_BATCH_ID = 2**31 - 1  # baseSequence is an int32
+MAX_STATE_BYTES = 16 << 20  # a state file holds an entry per writer; a larger one is not read whole
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
@@ -64,9 +66,12 @@ def read_hint(fs: LogFileSystem, dir: str) -> WriterStateHint | None:
     """The partition's hint, or None when there is none or it is unreadable (logged: it is only a hint)."""
     path = fs.join(dir, STATE_FILE)
     try:
-        raw = fs.read(path) if fs.exists(path) else None
+        raw = _read_bounded(fs, path) if fs.exists(path) else None
     except FileNotFoundError:
         raw = None
+    except ValueError as e:
+        logger.warning("ignoring writer state hint %s (%s); reading the segments instead", fs.url(path), e)
+        return None
     if raw is None:
         return None
     try:
@@ -91,12 +96,8 @@ class ProducerStateManager:
         self.writers: dict[int, WriterEntry] = {}
         if fs.exists(self.path):
             try:
-                doc = json.loads(fs.read(self.path))
-                for wid, e in doc["writers"].items():
-                    pending = PendingCommit(**e["pending"]) if e.get("pending") else None
-                    self.writers[int(wid)] = WriterEntry(e["committed_batch_id"], e["committed_next_offset"],
-                                                         pending, e.get("updated_ms", 0))
-            except (ValueError, KeyError, TypeError) as e:
+                self.writers = _parse_state(_read_bounded(fs, self.path))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise KafkaStorageError(f"writer state file {fs.url(self.path)} is not valid: {e}") from e
 
     def entry(self, writer_id: int) -> WriterEntry:
@@ -151,6 +152,7 @@ class ProducerStateManager:
                 e.committed_batch_id, e.committed_next_offset = p.batch_id, p.next_offset
                 done.append(f"completed batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{p.next_offset - 1})")
             elif p.first_offset < leo and self._written_by(log, p.first_offset, wid):
+                self._check_rollback(log, wid, e, leo)
                 log.truncate_to(p.first_offset)
                 done.append(f"rolled back a partial commit of batch {p.batch_id} of writer {wid}: "
                             f"cut offsets {p.first_offset}..{leo - 1}")
@@ -163,6 +165,23 @@ class ProducerStateManager:
             self.save()
         return done
 
+    def _check_rollback(self, log, wid: int, e: WriterEntry, leo: int) -> None:
+        """The state file is a hint: before cutting the log back, check that the cut holds only what the
+        pending commit could have written (after the writer's last commit, every batch its own), so that
+        a damaged or edited file cannot make us delete committed records."""
+        p = e.pending
+        where = f"writer state file {self.fs.url(self.path)}, {log.tp.topic}-{log.tp.partition}"
+        if p.first_offset < max(e.committed_next_offset, log.log_start_offset):
+            raise KafkaStorageError(f"{where}: writer {wid}'s pending commit starts at offset {p.first_offset}, "
+                                    f"before its last commit's end {e.committed_next_offset} or the log start "
+                                    f"{log.log_start_offset}; not rolling back. Fix or remove the file")
+        for chunk in log.read(p.first_offset, leo):
+            ids = chunk.scan.headers["producer_id"]
+            if len(ids) and (ids != wid).any():
+                raise KafkaStorageError(f"{where}: offsets {p.first_offset}..{leo - 1} hold batches of other "
+                                        f"writers, so they are not writer {wid}'s partial commit; not rolling "
+                                        f"back. Fix or remove the file")
+
     @staticmethod
     def _written_by(log, offset: int, writer_id: int) -> bool:
         if offset < log.log_start_offset or offset >= log.log_end_offset:
@@ -170,6 +189,38 @@ class ProducerStateManager:
         for chunk in log.read(offset, offset + 1):
             return bool(len(chunk.scan)) and int(chunk.scan.headers["producer_id"][0]) == writer_id
         return False
+
+
+def _read_bounded(fs: LogFileSystem, path: str) -> bytes:
+    raw = fs.read(path, 0, MAX_STATE_BYTES + 1)
+    if len(raw) > MAX_STATE_BYTES:
+        raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+    return raw
+
+
+def _long(v, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not _LONG_MIN <= v <= _LONG_MAX:
+        raise ValueError(f"{what} is not a 64-bit integer: {v!r}")
+    return v
+
+
+def _parse_state(raw: bytes) -> dict[int, WriterEntry]:
+    """The lock-protected state file's writers, every field checked (ValueError, KeyError, TypeError)."""
+    out = {}
+    for wid, e in json.loads(raw)["writers"].items():
+        w = _long(int(wid), "a writer id")
+        pending = None
+        if e.get("pending"):
+            q = e["pending"]
+            pending = PendingCommit(_long(q["batch_id"], "batch_id"), _long(q["first_offset"], "first_offset"),
+                                    _long(q["next_offset"], "next_offset"))
+            if not 0 <= pending.first_offset <= pending.next_offset:
+                raise ValueError(f"writer {w}'s pending commit has offsets {pending.first_offset}.."
+                                 f"{pending.next_offset}")
+        out[w] = WriterEntry(_long(e["committed_batch_id"], "committed_batch_id"),
+                             _long(e["committed_next_offset"], "committed_next_offset"), pending,
+                             _long(e.get("updated_ms", 0), "updated_ms"))
+    return out
 
 
 def producer_state_for(log):

@@ -168,3 +168,56 @@ def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark
     assert "log" in rest and len(rest) == len(set(rest)) and set(rest) <= {"log", "index", "timeindex"}, kinds
     with lm.open_log(TopicPartition("t", 0)) as log:
         assert log.log_end_offset == 2000
+
+
+def _edit_state(lm, tp, edit):
+    from storage.producer_state import STATE_FILE
+    import json
+    path = os.path.join(lm.partition_dir(tp), STATE_FILE)
+    doc = json.load(open(path))
+    edit(doc["writers"])
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def _three_commits(root):
+    """Writer 7 batch 0 (offsets 0-9), writer 8 batch 0 (10-19), writer 7 batch 1 (20-29)."""
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    commit_staged(lm, 7, 0, [stage(lm, 7, table(0, 10))])
+    commit_staged(lm, 8, 0, [stage(lm, 8, table(10, 20))])
+    commit_staged(lm, 7, 1, [stage(lm, 7, table(20, 30))])
+    return lm, TopicPartition("t", 0)
+
+
+@pytest.mark.parametrize("damage, says", [
+    # a pending commit pointing back into the writer's own committed records
+    (lambda w: w["7"].update(pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}), "before its last"),
+    # the same with the writer's committed end lost as well: another writer's batches are in the cut
+    (lambda w: w["7"].update(committed_next_offset=-1,
+                             pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}), "other writers"),
+])
+def test_a_damaged_pending_mark_cannot_cut_committed_records(root, damage, says):
+    from storage.errors import KafkaStorageError
+    lm, tp = _three_commits(root)
+    path = _edit_state(lm, tp, damage)
+    with pytest.raises(KafkaStorageError, match=says) as e:
+        with LogManager(root).open_log(tp, writable=True):
+            pass
+    assert path in str(e.value) and "t-0" in str(e.value)
+    assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(30)]  # kafka-python's view
+
+
+@pytest.mark.parametrize("pending", [
+    {"batch_id": 2, "first_offset": "30", "next_offset": 40},
+    {"batch_id": 2, "first_offset": 40, "next_offset": 30},
+    {"batch_id": True, "first_offset": 30, "next_offset": 40},
+])
+def test_a_pending_mark_of_the_wrong_shape_is_refused(root, pending):
+    from storage.errors import KafkaStorageError
+    lm, tp = _three_commits(root)
+    _edit_state(lm, tp, lambda w: w["7"].update(pending=pending))
+    with pytest.raises(KafkaStorageError, match="writer state file .* is not valid"):
+        LogManager(root).open_log(tp, writable=True)
+    assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(30)]
