@@ -111,6 +111,9 @@ class ProducerStateManager:
     def begin(self, writer_id: int, batch_id: int, first_offset: int, next_offset: int) -> None:
         """Durably mark a commit as under way before any of its bytes are appended."""
         e = self.entry(writer_id)
+        # a log that lost unflushed records (flush.ms topics after a power cut) ends before the last commit's
+        # end: say so, so that the rollback check (first_offset >= committed end) holds for every mark we write
+        e.committed_next_offset = min(e.committed_next_offset, first_offset)
         e.pending = PendingCommit(batch_id, first_offset, next_offset)
         e.updated_ms = int(time.time() * 1000)
         self.save()

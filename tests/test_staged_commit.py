@@ -221,3 +221,20 @@ def test_a_pending_mark_of_the_wrong_shape_is_refused(root, pending):
     with pytest.raises(KafkaStorageError, match="writer state file .* is not valid"):
         LogManager(root).open_log(tp, writable=True)
     assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(30)]
+
+
+def test_a_rollback_after_unflushed_records_were_lost_still_happens(root):
+    """A flush.ms topic may lose the end of a done commit in a power cut while its done mark survives; a
+    later commit that dies mid-append must still be rolled back (its mark starts below the stale end)."""
+    lm, tp = _three_commits(root)
+    with lm.open_log(tp, writable=True) as log:
+        log.truncate_to(20)  # the power cut took writer 7's batch 1 (offsets 20-29); its done mark survived
+    f = stage(lm, 7, table(20, 400), max_batch_bytes=500)
+    with lm.open_log(tp, writable=True) as log:
+        assert log.producer_state.entry(7).committed_next_offset == 30
+        data = b"".join(read_staged(lm, f.partitions[0]))
+        log.producer_state.begin(7, 2, 20, 400)
+        log.append(data[:sum(b["size"] for b in kp_parse(data)[:3])])  # dies here
+    with lm.open_log(tp, writable=True) as log:
+        assert log.log_end_offset == 20 and log.producer_state.entry(7).pending is None
+    assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(20)]
