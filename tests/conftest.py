@@ -11,7 +11,9 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))  # tests/kafka_reference.py
+sys.path.insert(0, os.path.dirname(__file__))  # tests/kafka_reference.py, tests/realkafka/
+
+from realkafka import jars  # noqa: E402
 
 
 @pytest.fixture
@@ -36,3 +38,61 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "fuzz_long: the long mutation-fuzzer run (--fuzz-long or KAFKALOG_FUZZ_LONG=1)")
+
+
+def _kafka_required() -> bool:
+    """On CI (.ci/run sets KAFKALOG_REQUIRE_KAFKA=1) the real-Kafka tests must run: missing tools are an error."""
+    return os.environ.get("KAFKALOG_REQUIRE_KAFKA") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Selected `kafka` tests get the jars (resolved once with Maven) and the connector in `spark.jars`.
+
+    This runs before any SparkSession starts, so the shared session carries Spark's Kafka connector
+    when, and only when, a test that needs it was selected.
+    """
+    selected = [item for item in items if item.get_closest_marker("kafka")]
+    if not selected:
+        return
+    try:
+        jars.kafka_dir()
+        connector = jars.connector_jars()
+    except jars.Unavailable as e:
+        if _kafka_required():
+            raise pytest.UsageError(f"real-Kafka tests cannot run: {e}") from None
+        skip = pytest.mark.skip(reason=jars.NEEDS)
+        for item in selected:
+            item.add_marker(skip)
+        return
+    from pytest_spark.config import SparkConfigBuilder
+
+    SparkConfigBuilder.get().set("spark.jars", ",".join(connector))
+
+
+@pytest.fixture(scope="session")
+def _kafka_broker_session(tmp_path_factory):
+    from realkafka.broker import KafkaBroker, tool_classes
+
+    tool_classes()
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def kafka_broker(_kafka_broker_session, request):
+    """The session's KRaft broker, running (started again if a test stopped it)."""
+    if not _kafka_broker_session.running:
+        _kafka_broker_session.start()
+    request.node._kafka_broker = _kafka_broker_session
+    return _kafka_broker_session
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the broker quotes the end of the broker's log."""
+    outcome = yield
+    report = outcome.get_result()
+    broker = getattr(item, "_kafka_broker", None)
+    if broker is not None and report.failed:
+        report.sections.append(("kafka broker log", broker.log_tail(60)))
