@@ -57,8 +57,9 @@ class AbstractIndex:
             file_size = fs.size(path) if fs.exists(path) else 0
         self.file_size = file_size
         self._flushed = file_size // self.entry_size
-        self._entries = self._flushed
-        self._loaded_from = self._entries  # entries [_loaded_from, _entries) are in _cache
+        self._n = self._flushed
+        self._settled = self._n == 0  # see _settle: the file may end in Kafka's preallocated zeros
+        self._loaded_from = self._n  # entries [_loaded_from, _entries) are in _cache
         self._cache = np.empty(0, self.entry_dtype)
         self._pending = bytearray()
         self._appender: Appender | None = None
@@ -66,26 +67,76 @@ class AbstractIndex:
 
     # ------------------------------------------------------------------ reading
     @property
+    def _entries(self) -> int:
+        if not self._settled:
+            self._settle()
+        return self._n
+
+    @_entries.setter
+    def _entries(self, n: int) -> None:
+        self._n = n
+
+    @property
     def entries(self) -> int:
         return self._entries
 
-    @property
-    def is_full(self) -> bool:
-        return self._entries >= self.max_entries
-
-    def _load(self, start_slot: int) -> None:
-        """Make entries [start_slot, entries) available in memory with one range read."""
-        if start_slot >= self._loaded_from:
-            return
+    def _read_slots(self, start: int, end: int) -> np.ndarray:
+        """Entries [start, end) straight from the file (one range read)."""
         if self._reader is None:
             try:
                 self._reader = self.fs.open_reader(self.path)
             except FileNotFoundError:  # removed or renamed since it was listed: an index is only a hint
                 raise CorruptIndexError(f"index file {self.fs.url(self.path)} is gone") from None
-        raw = self._reader.read(start_slot * self.entry_size, self._loaded_from * self.entry_size)
-        if len(raw) != (self._loaded_from - start_slot) * self.entry_size:
+        raw = self._reader.read(start * self.entry_size, end * self.entry_size)
+        if len(raw) != (end - start) * self.entry_size:
             raise CorruptIndexError(f"index file {self.fs.url(self.path)} shrank while being read")
-        head = np.frombuffer(raw, self.entry_dtype)
+        return np.frombuffer(raw, self.entry_dtype)
+
+    def _settle(self, first_slot: int | None = None) -> None:
+        """Find where the file's entries end, reading its tail from first_slot (default: the last entry).
+
+        A Kafka broker preallocates its active segment's indexes (segment.index.bytes of zeros, memory
+        mapped) and trims them only on roll and clean shutdown, so a live broker's log dir, or one left by
+        a crash, holds index files that end in zeros. No entry after the first is all zeros (keys strictly
+        grow from the first), so when the last slot is zero the entries end at the first slot of that zero
+        tail, found by bisection. The tail read stays cached, so the lookup that asked costs no more reads.
+        """
+        self._settled = True
+        n = self._n
+        if n == 0:
+            return
+        start = n - 1 if first_slot is None else max(0, min(first_slot, n - 1))
+        try:
+            tail = self._read_slots(start, n)
+            zero = tail.view(np.uint8).reshape(len(tail), self.entry_size).any(axis=1) == 0
+            if not zero[-1]:
+                self._check_sorted(tail, start)
+                self._cache, self._loaded_from = tail.copy(), start
+                return
+            lo, hi = 0, n - 1  # slot hi is zero; the first zero slot of the tail lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if mid >= start:
+                    is_zero = bool(zero[mid - start])
+                else:
+                    is_zero = not self._read_slots(mid, mid + 1).tobytes().strip(b"\0")
+                if is_zero:
+                    hi = mid
+                else:
+                    lo = mid + 1
+        except CorruptIndexError:
+            return  # leave it: the read that needs these entries reports the damage where it is handled
+        self._n = self._flushed = self._loaded_from = lo
+        if lo > start:
+            self._cache, self._loaded_from = tail[: lo - start].copy(), start
+
+    def _load(self, start_slot: int) -> None:
+        """Make entries [start_slot, entries) available in memory with one range read."""
+        if not self._settled:
+            self._settle(start_slot)
+        if start_slot >= self._loaded_from:
+            return
+        head = self._read_slots(start_slot, self._loaded_from)
         self._cache = np.concatenate([head, self._cache]) if len(self._cache) else head.copy()
         self._loaded_from = start_slot
         self._check_sorted(head, start_slot)
@@ -108,10 +159,12 @@ class AbstractIndex:
 
     def _largest_lower_bound_slot(self, target: int) -> int:
         """Slot of the largest entry whose key <= target, or -1. Searches the warm tail first."""
+        warm = WARM_SECTION_BYTES // self.entry_size
+        if not self._settled:
+            self._settle(self._n - 1 - warm)  # the warm tail, read once for both
         n = self._entries
         if n == 0:
             return -1
-        warm = WARM_SECTION_BYTES // self.entry_size
         first_hot = max(0, n - 1 - warm)
         if self._key_at(first_hot) <= target:
             lo = first_hot

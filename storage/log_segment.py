@@ -478,9 +478,13 @@ class LogSegment:
         self.flush()
 
     def close(self, *, final_time_entry: bool = False, fsync: bool = True) -> None:
-        """Flush and release handles; Kafka also records the max timestamp on a clean close."""
-        if final_time_entry and self._appender is not None:
-            self._append_final_time_entry()
+        """Flush and release handles; Kafka also records the max timestamp on a clean close, and trims the
+        active segment's indexes (a broker preallocates them) to their entries."""
+        if final_time_entry:
+            if self._appender is not None:
+                self._append_final_time_entry()
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
         self.flush(fsync)
         self.release_readers()
         for h in (self._appender, self.offset_index, self.time_index):

@@ -265,3 +265,50 @@ def test_damaged_swap_brings_back_the_originals_it_had_moved(root):
         assert [s.base_offset for s in log.segments] == bases
     assert os.path.exists(path(root, bases[1], ".log")) and not os.path.exists(old)
     assert offsets(lm) == list(range(18))
+
+
+@pytest.mark.parametrize("segments", [1, 3])
+def test_index_files_preallocated_as_a_live_broker_leaves_them(root, segments, caplog):
+    """A broker preallocates its active segment's indexes (10 MiB of zeros) and trims them only on roll
+    and clean shutdown: readers use the entries before the zeros, silently, and find what the full
+    indexes find; a writer trims the zeros."""
+    lm = write(root, batches=30, segment_bytes=3000 if segments == 3 else 1 << 20, index_interval_bytes=300)
+    bases = sorted(int(f[:20]) for f in os.listdir(os.path.join(root, "t-0")) if f.endswith(".log"))
+    assert len(bases) == segments
+    with lm.open_log(TP) as log:
+        want = [(o, log.offset_for_timestamp(o * 10 // 3 + 1)) for o in range(0, 90, 7)]
+        want_ts = log.offset_for_timestamp(-1)
+        want_largest = log.segments[-1].largest_timestamp
+    active = bases[-1]
+    full = {sfx: read_file(path(root, active, sfx)) for sfx in (".index", ".timeindex")}
+    assert len(full[".index"]) >= 16 and len(full[".timeindex"]) >= 24
+    for sfx, size in ((".index", 10 << 20), (".timeindex", (10 << 20) // 12 * 12)):
+        with open(path(root, active, sfx), "ab") as f:
+            f.truncate(size)
+    caplog.clear()
+    with lm.open_log(TP) as log:
+        seg = log.segments[-1]
+        assert seg.offset_index.entries == len(full[".index"]) // 8
+        assert seg.time_index.entries == len(full[".timeindex"]) // 12
+        assert [(o, log.offset_for_timestamp(o * 10 // 3 + 1)) for o in range(0, 90, 7)] == want
+        assert log.offset_for_timestamp(-1) == want_ts
+        assert [r[0] for r in kp_parse(b"".join(c.buf for c in log.read(50)))[0]["records"]][:1] <= [50]
+        assert seg.largest_timestamp == want_largest == 292
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert offsets(lm) == list(range(90))
+    with lm.open_log(TP, writable=True):
+        pass
+    assert {sfx: read_file(path(root, active, sfx)) for sfx in full} == full
+
+
+def test_an_empty_segment_with_preallocated_zero_indexes_has_no_entries(root, caplog):
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    for sfx, size in ((".index", 10 << 20), (".timeindex", (10 << 20) // 12 * 12)):
+        with open(path(root, 0, sfx), "wb") as f:
+            f.truncate(size)
+    with lm.open_log(TP) as log:
+        assert log.segments[0].offset_index.entries == 0 and log.segments[0].time_index.entries == 0
+        assert log.segments[0].largest_timestamp == -1
+        assert log.offset_for_timestamp(0) is None
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
