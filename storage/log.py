@@ -443,13 +443,15 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time).
 
+        Control records count, as in Kafka's FileRecords.searchForTimestamp: a transaction marker carries
+        the broker's clock, so the answer may be a marker's offset (a reader starting there skips it).
         The first segment whose largest timestamp reaches it holds the answer; on an object store the
         partition's hint object gives the segments' largest timestamps (segment_metadata.py), so only
         segments it does not cover cost a `.timeindex` read."""
         from .records.decoder import decode_batches
 
         def decode(buf, scan):
-            return decode_batches(buf, scan=scan, max_message_bytes=self.max_batch_size, skip_control=True)
+            return decode_batches(buf, scan=scan, max_message_bytes=self.max_batch_size, skip_control=False)
 
         known = self.segment_metadata()
         start = self.log_start_offset

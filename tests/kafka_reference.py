@@ -58,3 +58,21 @@ def kafka_recovery_entries(batches: list[dict], interval: int, base_offset: int)
     index = b"".join(struct.pack(">ii", o, p) for o, p in offset_entries)
     timeindex = b"".join(struct.pack(">qi", t, o) for t, o in time_entries)
     return index, timeindex, (max_ts, max_ts_offset)
+
+
+def kp_control_batch(base_offset: int, timestamp: int, producer_id: int, *, commit: bool = True,
+                     producer_epoch: int = 0) -> bytes:
+    """A COMMIT or ABORT marker as a broker writes it: one record (key: version 0, type; value: version 0,
+    coordinator epoch 0), attributes transactional + control, baseSequence -1; built by kafka-python, with
+    the control bit (which it does not set) added and the CRC-32C recomputed."""
+    import crc32c
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+                                  producer_epoch=producer_epoch, base_sequence=-1, batch_size=2**20)
+    b.append(0, timestamp=timestamp, key=struct.pack(">hh", 0, 1 if commit else 0), value=struct.pack(">hi", 0, 0),
+             headers=[])
+    out = bytearray(b.build())
+    struct.pack_into(">q", out, 0, base_offset)
+    struct.pack_into(">h", out, 21, struct.unpack_from(">h", out, 21)[0] | 0x20)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)

@@ -4,7 +4,7 @@ import os
 import struct
 
 import pytest
-from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
+from kafka_reference import kafka_recovery_entries, kp_batch, kp_control_batch, kp_parse
 
 from storage.errors import LogLockedError, OffsetOutOfRangeError, RecordTooLargeError
 from storage.log_manager import LogManager
@@ -273,3 +273,22 @@ def test_append_with_a_scan_that_does_not_cover_the_bytes_is_refused(root):
             log.append(big, built=big_scan)
         assert log.log_end_offset == 0
         assert log.append(buf, built=scan).num_records == 40
+
+
+def test_timestamp_lookup_counts_transaction_markers_as_kafka_does(root):
+    """Kafka's ListOffsets by time walks every batch, markers included (FileRecords.searchForTimestamp), and
+    a marker carries the broker's clock: data ts=1000 @0, COMMIT ts=5000 @1, data ts=2000 @2 answer 1 for
+    1500 and for 3000 (as a real broker did, tests/test_kafka_broker_logs.py)."""
+    def data(offset, ts):
+        b = bytearray(kp_batch([(ts, None, b"v", [])], producer_id=7, producer_epoch=0, base_sequence=offset))
+        b[21:23] = struct.pack(">h", struct.unpack_from(">h", b, 21)[0] | 0x10)  # transactional
+        struct.pack_into(">q", b, 0, offset)
+        struct.pack_into(">I", b, 17, rb.compute_crc(b))
+        return bytes(b)
+
+    os.makedirs(os.path.join(root, "t-0"))
+    with open(os.path.join(root, "t-0", f"{0:020d}.log"), "wb") as f:
+        f.write(data(0, 1000) + kp_control_batch(1, 5000, 7) + data(2, 2000))
+    with LogManager(root).open_log(TP) as log:
+        assert [log.offset_for_timestamp(t) for t in (500, 1000, 1500, 3000, 5000, 6000)] == [0, 0, 1, 1, 1, None]
+        assert [r["offset"] for b in log.read_records(1) for r in b.to_pylist()] == [2]  # the marker is not served

@@ -47,8 +47,10 @@ import java.util.concurrent.Future;
  *
  * Usage: java -cp KAFKA_JARS:CLASSES KafkaTool BOOTSTRAP < commands.json > results.json
  * stdin holds a JSON array of commands ({"op": ..., ...}); stdout gets a JSON array with one result per
- * command, in order. Keys, values and header values are base64 strings, or null. A failing command ends the
- * run with exit code 1 and the exception on stderr.
+ * command, in order. Commands: createTopic, deleteTopics, describeTopics, alterConfigs, deleteRecords,
+ * listOffsets, offsetsForTimes, produce, consume (each documented at its method). Keys, values and header
+ * values are base64 strings, or null. A failing command ends the run with exit code 1 and the exception on
+ * stderr.
  */
 public final class KafkaTool {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -81,6 +83,7 @@ public final class KafkaTool {
         String op = cmd.get("op").asText();
         switch (op) {
             case "createTopic": return createTopic(cmd);
+            case "deleteTopics": return deleteTopics(cmd);
             case "describeTopics": return describeTopics(cmd);
             case "alterConfigs": return alterConfigs(cmd);
             case "deleteRecords": return deleteRecords(cmd);
@@ -116,6 +119,15 @@ public final class KafkaTool {
             r.all().get();
             return F.objectNode().put("topicId", r.topicId(topic).get().toString());
         }
+    }
+
+    private JsonNode deleteTopics(JsonNode cmd) throws Exception {
+        List<String> names = new ArrayList<>();
+        cmd.get("topics").forEach(n -> names.add(n.asText()));
+        try (Admin a = admin()) {
+            a.deleteTopics(names).all().get();
+        }
+        return F.objectNode();
     }
 
     private JsonNode describeTopics(JsonNode cmd) throws Exception {
@@ -199,6 +211,7 @@ public final class KafkaTool {
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation(cmd).toString().toLowerCase(java.util.Locale.ROOT));
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "20");  // a test reads to a known end: don't idle there
         p.putAll(strings(cmd.get("config")));
         return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
     }

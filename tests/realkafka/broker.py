@@ -136,7 +136,9 @@ class KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         if not self._formatted and not (self.log_dir / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: no id the tool reads as an option
+                cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
             done = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
                                              "--standalone"), capture_output=True, text=True)
             if done.returncode != 0:

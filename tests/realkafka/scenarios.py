@@ -12,7 +12,7 @@ on every run. The compacted topics roll only where a timestamp jumps past segmen
 same on every run too.
 
 A running broker writes log-start-offset-checkpoint every 60 s (log.flush.start.offset.checkpoint.interval.ms), at a
-clean shutdown, and when it deletes a partition: build() deletes a throwaway topic (kafka-topics.sh --delete) so that
+clean shutdown, and when it deletes a partition: build() deletes a throwaway topic so that
 the deleteRecords low watermarks are on disk while the broker runs, where kafkalog can see them.
 """
 
@@ -292,16 +292,6 @@ def _old_segments_renamed(broker: KafkaBroker, topic: str, partition: int, low_w
     return not any((m := SEGMENT_FILE.match(f)) and int(m.group(1)) < keep for f in os.listdir(d))
 
 
-def delete_topic(broker: KafkaBroker, topic: str) -> None:
-    """kafka-topics.sh --delete (KafkaTool has no deleteTopics): the broker's LogManager.asyncDelete writes the log
-    dir's log-start-offset-checkpoint at once, where it otherwise waits for its 60 s schedule."""
-    cmd = broker._java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.bootstrap, "--delete",
-                       "--topic", topic, log4j=False)
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BrokerError(f"kafka-topics --delete {topic} failed:\n{done.stdout}\n{done.stderr}\n" + broker.log_tail())
-
-
 # ---------------------------------------------------------------- build
 
 
@@ -368,7 +358,9 @@ def build(broker: KafkaBroker) -> Scenario:
                    f"retention to delete the segments of {DELETED_TOPIC}-{p} below {lw}")
 
     took("retention after deleteRecords")
-    delete_topic(broker, TRIGGER_TOPIC)
+    # the broker's LogManager.asyncDelete writes the log dir's log-start-offset-checkpoint at once, where it
+    # otherwise waits for its 60 s schedule
+    broker.tool({"op": "deleteTopics", "topics": [TRIGGER_TOPIC]})
     checkpoint = broker.log_dir / "log-start-offset-checkpoint"
 
     def start_checkpointed() -> bool:
