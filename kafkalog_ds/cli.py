@@ -7,6 +7,7 @@
     kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
     kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
     kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints
+    kafkalog export-to-broker .. hand a topic to a Kafka broker: partition dirs for its log.dir
 
 Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2; Ctrl-C
 prints `kafkalog: interrupted` and exits 130.
@@ -190,6 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "spread over the executors")
     m.add_argument("--master", default="local[*]", help="with --spark: the Spark master URL (default local[*])")
     m.set_defaults(func=cmd_maintain, parser=m)
+
+    x = sub.add_parser("export-to-broker", help="hand a topic to a Kafka broker: partition directories for its log.dir",
+                       description="Write a topic's partitions as Kafka partition directories (segments checked and "
+                                   "indexed, partition.metadata with the cluster's topic id, leader-epoch-checkpoint) "
+                                   "into a stopped broker's log dir, or into a staging directory to copy to the "
+                                   "broker hosts. See docs/kafka-broker.md.")
+    x.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(x)
+    x.add_argument("--topic", required=True, help="the topic (created on the cluster first, same partition count)")
+    x.add_argument("--topic-id", metavar="ID",
+                   help="the cluster's TopicId for it (kafka-topics.sh --describe); required for a staging "
+                        "directory, read from the broker's partition directories otherwise")
+    x.add_argument("--to", required=True, metavar="DIR",
+                   help="a stopped broker's log dir (it holds meta.properties), or a staging directory (missing, "
+                        "empty, or holding only partition directories)")
+    x.add_argument("--partition", type=_non_negative_int, action="append",
+                   help="only this partition (repeatable; default: all, or in a broker's log dir those it holds)")
+    x.add_argument("--allow-unclean-shutdown", action="store_true",
+                   help="export into a broker log dir without .kafka_cleanshutdown (the broker then recovers every "
+                        "segment of the log dir at its next start)")
+    x.set_defaults(func=cmd_export_to_broker, parser=x)
     return parser
 
 
@@ -486,6 +508,18 @@ def cmd_maintain(args, stdin, out, err) -> int:
         reports = run_once(args.root, **kwargs)
         return 1 if any(r.errors for r in reports) else 0
     run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
+    return 0
+
+
+# ---------------------------------------------------------------- export-to-broker
+
+
+def cmd_export_to_broker(args, stdin, out, err) -> int:
+    from .broker_export import export_topic
+
+    lm = _existing(args)
+    export_topic(lm, args.topic, args.to, topic_id=args.topic_id, partitions=args.partition,
+                 allow_unclean_shutdown=args.allow_unclean_shutdown, out=out)
     return 0
 
 
