@@ -31,26 +31,24 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 
 
 def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False) -> list[TopicPartition]:
-    """subscribe / subscribePattern / assign, against the topics under ROOT now. A pattern matches a topic
-    when it is found anywhere in the name (Spark's Kafka source: Regex.findFirstIn), so `^...$` anchors it.
-    A topic that is not there reads as empty, as with Spark's Kafka source, with a warning saying so; a
-    batch read of a ROOT that does not exist is an error (a stream may start before its writer)."""
+    """subscribe / subscribePattern / assign, against the topics under ROOT now, as Spark's Kafka source
+    resolves them (ConsumerStrategy, checked against Kafka 4.4 and the 4.2.0 connector): a subscribed or
+    assigned topic that does not exist fails the read (the connector's UnknownTopicOrPartitionException),
+    batch or stream; an assigned partition the topic does not have is not read; a pattern matches a topic
+    when it is found anywhere in the name (Regex.findFirstIn, so `^...$` anchors it) and matching nothing
+    reads nothing. A batch read of a ROOT that does not exist is an error of its own."""
     if batch and not any(lm.fs.isdir(d) for d in lm.log_dirs):
         raise UnknownTopicOrPartitionError(f"log dir {lm.url()} does not exist")
     if opts.assign is not None:
-        return sorted(TopicPartition(t, p) for t, p in opts.assign if t not in INTERNAL_TOPICS)
+        wanted = sorted({TopicPartition(t, p) for t, p in opts.assign if t not in INTERNAL_TOPICS})
+        present = set(_existing(lm, sorted({tp.topic for tp in wanted})))
+        absent = [f"{tp.topic}-{tp.partition}" for tp in wanted if tp not in present]
+        if absent:
+            log.warning("assigned partition(s) %s do not exist in %s: not read (as Spark's Kafka source)",
+                        ", ".join(absent), lm.url())
+        return [tp for tp in wanted if tp in present]
     if opts.subscribe is not None:  # looked up by name: O(the topics read), not O(everything under ROOT)
-        found, missing = [], []
-        for t in opts.subscribe:
-            try:
-                found.extend(lm.partitions(t) if t not in INTERNAL_TOPICS else [])
-            except UnknownTopicOrPartitionError:
-                missing.append(t)
-        if missing:
-            existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
-            log.warning("topic(s) %s do not exist in %s (topics there: %s): nothing to read from them",
-                        ", ".join(missing), lm.url(), ", ".join(existing[:20]) or "none")
-        return sorted(set(found))
+        return sorted(set(_existing(lm, [t for t in opts.subscribe if t not in INTERNAL_TOPICS])))
     existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
     pattern = re.compile(opts.pattern)
     names = [t for t in existing if pattern.search(t)]
@@ -60,9 +58,27 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 
+def _existing(lm: LogManager, topics: list[str]) -> list[TopicPartition]:
+    """Every partition of these topics; a topic that is not there fails, naming the topics that are."""
+    found, missing = [], []
+    for t in topics:
+        try:
+            found.extend(lm.partitions(t))
+        except UnknownTopicOrPartitionError:
+            missing.append(t)
+    if missing:
+        existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
+        raise UnknownTopicOrPartitionError(
+            f"topic(s) {', '.join(missing)} do not exist in {lm.url()} (topics there: "
+            f"{', '.join(existing[:20]) or 'none'}), as Spark's Kafka source fails on a topic the broker does "
+            "not have; to wait for a topic that a writer has not created yet, use subscribePattern "
+            f"(e.g. '^{re.escape(missing[0])}$'), which reads nothing until it appears")
+    return found
+
+
 def partition_states(lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool,
                      cache: LogOffsetsCache | None = None) -> dict:
-    """Log start and end offsets per partition; a missing assigned partition is data loss. A stream
+    """Log start and end offsets per partition; one gone since it was listed is data loss. A stream
     reader passes its cache, so that partitions whose files did not change are not reopened."""
     out = {}
     for tp in tps:
@@ -90,12 +106,16 @@ def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, s
     out = {}
     listed = {(t, p) for t, p, _ in spec.per_partition}
     if spec.kind != "timestamp" and spec.per_partition and require_all:
+        # as Spark's Kafka source: the partitions named must be the partitions read, no fewer and no more
         missing = [f"{tp.topic}-{tp.partition}" for tp in states if (tp.topic, tp.partition) not in listed]
-        if missing:
+        read = {(tp.topic, tp.partition) for tp in states}
+        extra = [f"{t}-{p}" for t, p in sorted(listed - read)]
+        if missing or extra:
             name = ("starting" if is_start else "ending") + ("OffsetsByTimestamp" if spec.kind == "timestamps"
                                                             else "Offsets")
-            raise KafkaLogError(f"option '{name}' must give every partition the query reads; missing: "
-                                f"{', '.join(missing)}")
+            raise KafkaLogError(f"option '{name}' must give every partition the query reads, and no other"
+                                + (f"; missing: {', '.join(missing)}" if missing else "")
+                                + (f"; not read by the query: {', '.join(extra)}" if extra else ""))
     for tp, st in states.items():
         if spec.kind == "timestamp":
             value, by_time = spec.default, True
@@ -144,22 +164,37 @@ class OffsetRange:
     end: int
 
 
-def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool) -> list[OffsetRange]:
-    """Check each range against what the log holds now; gaps from compaction are not data loss."""
+def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool, *,
+           stream: bool = False) -> list[OffsetRange]:
+    """Check each range against what the log holds now, as Spark's Kafka source does when it reads: offsets
+    below the log start (retention, delete-records) or an end beyond the log end are data loss (fail, or with
+    failOnDataLoss=false read what is there); a start beyond the end fails a batch read and is data loss to a
+    stream (the start was set beyond the log, or the partition was made anew). Gaps from compaction are not
+    data loss."""
     out = []
     for tp, start in starts.items():
         if tp not in ends or tp not in states:
             continue
         st, end = states[tp], ends[tp]
+        lost = False
         if start < st.log_start:
             _data_loss(fail_on_data_loss,
                        f"offsets {start}..{st.log_start - 1} of {tp.topic}-{tp.partition} are gone (log start offset "
                        f"is now {st.log_start}, by retention or delete-records)")
-            start = st.log_start
+            start, lost = st.log_start, True
         if end > st.log_end:
-            raise OffsetOutOfRangeError(f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
-                                        f"offset {st.log_end}")
+            _data_loss(fail_on_data_loss, f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
+                                          f"offset {st.log_end}: offsets {st.log_end}..{end - 1} are not there")
+            end = st.log_end
         if start > end:
+            if lost:  # everything asked for is gone, and skipped
+                continue
+            if stream:
+                _data_loss(fail_on_data_loss,
+                           f"{tp.topic}-{tp.partition}: starting offset {start} is beyond its log end offset {end}: "
+                           "the start was set beyond the offsets the partition has, or the partition was deleted "
+                           "and made anew")
+                continue
             raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}: starting offset {start} is after ending offset "
                                         f"{end}")
         if start < end:

@@ -255,8 +255,8 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {tp: begin.get(tp, st.log_start) for tp, st in states.items()}  # new partitions: earliest
         ends = {tp: stop[tp] for tp in states if tp in stop}
         with self._log_manager().snapshot() as lm:
-            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
-                                o.max_records_per_partition)
+            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss, stream=True),
+                                o.min_partitions, o.max_records_per_partition)
             dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks and rs else None
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end, directory_id=dir_id) for r in rs]
 

@@ -174,26 +174,37 @@ def test_the_topic_option_overrides_the_topic_column(tmp_path):
         assert [v for b in log.read_records(0) for v in b.column("value").to_pylist()] == [b"a", b"b"]
 
 
-def test_an_empty_read_says_why(tmp_path, caplog):
-    """A topic that is not there reads as empty, as with Spark's Kafka source, with a warning naming the
-    topics that are; a batch read of a ROOT that does not exist fails."""
+def test_a_missing_topic_fails_and_an_empty_read_says_why(tmp_path, caplog):
+    """As Spark's Kafka source (tests/test_kafka_connector_side_by_side.py runs both): a subscribed or
+    assigned topic that is not there fails the read, batch or stream, naming the topics that are; an
+    assigned partition the topic lacks is not read, and a pattern matching nothing reads nothing, each
+    with a warning saying so; a batch read of a ROOT that does not exist fails."""
     from storage.errors import UnknownTopicOrPartitionError
 
     lm = LogManager(str(tmp_path / "logs"))
-    lm.create_topic("events", 1)
+    lm.create_topic("events", 2)
+
+    def tps(streaming, **o):
+        return topic_partitions(lm, SourceOptions.parse({"path": lm.root, **o}, streaming=streaming),
+                                batch=not streaming)
+
+    for streaming in (False, True):
+        with pytest.raises(UnknownTopicOrPartitionError, match="nosuch do not exist .*topics there: events.*"
+                                                               "subscribePattern"):
+            tps(streaming, subscribe="events,nosuch")
+        with pytest.raises(UnknownTopicOrPartitionError, match="nosuch do not exist"):
+            tps(streaming, assign='{"nosuch":[0]}')
     with caplog.at_level(logging.WARNING):
-        assert topic_partitions(lm, SourceOptions.parse({"path": lm.root, "subscribe": "nosuch"}, streaming=False),
-                                batch=True) == []
-        assert topic_partitions(lm, SourceOptions.parse({"path": lm.root, "subscribePattern": "^x"},
-                                                        streaming=False)) == []
+        assert tps(False, assign='{"events":[1,7]}') == [TopicPartition("events", 1)]
+        assert tps(False, subscribePattern="^x") == []
     messages = " ".join(r.getMessage() for r in caplog.records)
-    assert "nosuch do not exist" in messages and "topics there: events" in messages
+    assert "events-7 do not exist" in messages
     assert "no topic in" in messages and "'^x'" in messages
     nowhere = LogManager(str(tmp_path / "typo"))
     with pytest.raises(UnknownTopicOrPartitionError, match="typo does not exist"):
         topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"}, streaming=False),
                          batch=True)
-    assert topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"},
+    assert topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribePattern": "^t$"},
                                                          streaming=True)) == []
 
 
