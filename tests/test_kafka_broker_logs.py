@@ -461,10 +461,21 @@ def assert_same_from_timestamps(sc: S.Scenario, timestamps: dict, got: list[tupl
 def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
     """Live: spark.read of every topic from earliest (subscribePattern), then spark.readStream (Trigger.AvailableNow
     into a memory sink) from a different timestamp per partition (startingOffsetsByTimestamp). Stopped: spark.read
-    from one timestamp for all partitions (startingTimestamp). Three Spark queries in all: they cost the most here."""
+    from one timestamp for all partitions (startingTimestamp), and spark.readStream from earliest. Four Spark queries
+    in all: they cost the most here."""
     def reader(r):
         return (r.format("kafkalog").option("subscribePattern", S.PATTERN).option("includeHeaders", "true")
                 .option("startingOffsetsByTimestampStrategy", "latest"))
+
+    def stream(r, name):
+        q = (r.load(root).selectExpr(*SPARK_COLUMNS).writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / name)).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination()
+            assert q.exception() is None, q.exception()
+            return spark_rows(spark_session.table(name).collect())
+        finally:
+            q.stop()
 
     root = str(logs.log_dir)
     if phase == "stopped":
@@ -472,6 +483,8 @@ def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
             .selectExpr(*SPARK_COLUMNS).collect()
         assert_same_from_timestamps(logs, {tp: ONE_TIMESTAMP for tp in logs.earliest}, spark_rows(rows),
                                     "spark.read, startingTimestamp (stopped)")
+        got = stream(reader(spark_session.readStream).option("startingOffsets", "earliest"), "b2k_stream_stopped")
+        assert_same_records(expected_rows(logs), got, "spark.readStream, earliest (stopped)")
         return
     rows = reader(spark_session.read).load(root).selectExpr(*SPARK_COLUMNS).collect()
     assert_same_records(expected_rows(logs), spark_rows(rows), "spark.read (live)")
@@ -480,16 +493,6 @@ def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
     by_topic: dict = {}
     for (topic, p), t in timestamps.items():
         by_topic.setdefault(topic, {})[str(p)] = t
-    q = (reader(spark_session.readStream).option("startingOffsetsByTimestamp", json.dumps(by_topic)).load(root)
-         .selectExpr(*SPARK_COLUMNS).writeStream.format("memory").queryName("b2k_stream")
-         .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-    try:
-        q.awaitTermination()
-        assert q.exception() is None, q.exception()
-        got = spark_rows(spark_session.table("b2k_stream").collect())
-    finally:
-        q.stop()
+    got = stream(reader(spark_session.readStream).option("startingOffsetsByTimestamp", json.dumps(by_topic)),
+                 "b2k_stream")
     assert_same_from_timestamps(logs, timestamps, got, "spark.readStream, startingOffsetsByTimestamp (live)")
-
-
-# ---------------------------------------------------------------- a minimal reproduction, no broker
