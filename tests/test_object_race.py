@@ -24,7 +24,7 @@ from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
-COMMITS = 200
+COMMITS = int(os.environ.get("KAFKALOG_RACE_COMMITS", 60))  # per writer; 200 in the run
 REPLAY_EVERY = 10  # Spark delivers a batch again now and then: the same batch id, staged afresh
 
 
