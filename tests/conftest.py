@@ -72,23 +72,26 @@ def pytest_collection_modifyitems(config, items):
     SparkConfigBuilder.get().set("spark.jars", ",".join(connector))
 
 
+_BROKER = []  # the session's broker, once a test asked for it (its log is quoted when such a test fails)
+
+
 @pytest.fixture(scope="session")
-def _kafka_broker_session(tmp_path_factory):
+def kafka_broker_session(tmp_path_factory):
+    """The session's KRaft broker, shared by every kafka test. Tests may stop it, so it is not always running:
+    use `kafka_broker`, or `.ensure_running()` in a module-scoped fixture."""
     from realkafka.broker import KafkaBroker, tool_classes
 
     tool_classes()
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
+    _BROKER.append(broker)
     yield broker
     broker.stop()
 
 
 @pytest.fixture
-def kafka_broker(_kafka_broker_session, request):
+def kafka_broker(kafka_broker_session):
     """The session's KRaft broker, running (started again if a test stopped it)."""
-    if not _kafka_broker_session.running:
-        _kafka_broker_session.start()
-    request.node._kafka_broker = _kafka_broker_session
-    return _kafka_broker_session
+    return kafka_broker_session.ensure_running()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -96,6 +99,5 @@ def pytest_runtest_makereport(item, call):
     """A failed test that used the broker quotes the end of the broker's log."""
     outcome = yield
     report = outcome.get_result()
-    broker = getattr(item, "_kafka_broker", None)
-    if broker is not None and report.failed:
-        report.sections.append(("kafka broker log", broker.log_tail(60)))
+    if report.failed and _BROKER and "kafka_broker_session" in getattr(item, "fixturenames", ()):
+        report.sections.append(("kafka broker log", _BROKER[0].log_tail(60)))

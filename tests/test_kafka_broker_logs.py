@@ -43,11 +43,8 @@ ONE_TIMESTAMP = S.ONE_TIMESTAMP  # the stopped phase's startingTimestamp: asked 
 
 
 @pytest.fixture(scope="module")
-def scenario(_kafka_broker_session) -> S.Scenario:
-    broker = _kafka_broker_session
-    if not broker.running:
-        broker.start()
-    return S.build(broker)
+def scenario(kafka_broker_session) -> S.Scenario:
+    return S.build(kafka_broker_session.ensure_running())
 
 
 @pytest.fixture(scope="module", params=["live", "stopped"])
@@ -57,10 +54,9 @@ def phase(request) -> str:
 
 
 @pytest.fixture
-def logs(request, scenario, phase) -> S.Scenario:
+def logs(scenario, phase) -> S.Scenario:
     """The scenario, with the broker running (live) or cleanly stopped (stopped), whatever ran before."""
     broker = scenario.broker
-    request.node._kafka_broker = broker  # conftest quotes the broker's log when the test fails
     if phase == "live" and not broker.running:
         broker.start()
     elif phase == "stopped" and broker.running:
@@ -195,10 +191,9 @@ def batches_of(sc: S.Scenario, dump: dict[str, str], topic: str, partition: int)
     return [b for f in sc.files if Path(f).parent.name == d and f.endswith(".log") for b in batch_fields(dump[f])]
 
 
-def test_the_scenario_is_what_it_claims(scenario, request):
+def test_the_scenario_is_what_it_claims(scenario):
     """Checked on Kafka's own outputs (consumer, DumpLogSegments), so that the comparisons below mean something."""
     sc = scenario
-    request.node._kafka_broker = sc.broker
     dump = sc.kafka_dump
     # every codec, really compressing: same records, far fewer bytes than the uncompressed partition
     sizes = {}

@@ -175,10 +175,8 @@ class Sides:
 
 
 @pytest.fixture(scope="module")
-def sides(_kafka_broker_session, spark_session, tmp_path_factory):
-    broker = _kafka_broker_session
-    if not broker.running:
-        broker.start()
+def sides(kafka_broker_session, spark_session, tmp_path_factory):
+    broker = kafka_broker_session.ensure_running()
     tmp = tmp_path_factory.mktemp("side-by-side")
     root = str(tmp / "logs")
     now = int(time.time() * 1000)

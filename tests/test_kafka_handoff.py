@@ -205,17 +205,14 @@ def _segment_bases(d) -> list[int]:
 
 
 @pytest.fixture
-def broker(_kafka_broker_session, request):
-    """The session's broker, as the tests left it (not restarted); quoted in a failure report."""
-    request.node._kafka_broker = _kafka_broker_session
-    return _kafka_broker_session
+def broker(kafka_broker_session):
+    """The session's broker, as the tests left it (not restarted)."""
+    return kafka_broker_session
 
 
 @pytest.fixture(scope="module")
-def handoff(spark_session, _kafka_broker_session, tmp_path_factory):
-    b = _kafka_broker_session
-    if not b.running:
-        b.start()
+def handoff(spark_session, kafka_broker_session, tmp_path_factory):
+    b = kafka_broker_session.ensure_running()
     work = tmp_path_factory.mktemp("handoff")
     root = str(work / "logs")
     for topic in TOPICS:
@@ -460,11 +457,9 @@ def test_export_refuses_a_running_brokers_log_dir(handoff, broker):
 
 
 @pytest.fixture(scope="module")
-def broker_work(handoff, _kafka_broker_session):
+def broker_work(handoff, kafka_broker_session):
     """The broker appends on top of every topic and compacts the compacted one; then it is stopped."""
-    b = _kafka_broker_session
-    if not b.running:
-        b.start()
+    b = kafka_broker_session.ensure_running()
     commands = []
     for t in CODECS:
         steps = [{"send": {"partition": p, "key": base64.b64encode(f"broker-{p}-{i}".encode()).decode(),

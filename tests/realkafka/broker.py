@@ -152,6 +152,12 @@ class KafkaBroker:
         self._wait(self._answers, "the broker to answer on " + self.bootstrap)
         return self
 
+    def ensure_running(self) -> KafkaBroker:
+        """Start the broker unless it runs (tests sharing it may have stopped it)."""
+        if not self.running:
+            self.start()
+        return self
+
     def _answers(self) -> bool:
         if READY_LINE not in self.log_since_start():
             return False
