@@ -36,12 +36,14 @@ def make_data(n: int, seed: int = 7):
     hvals = [int(i).to_bytes(8, "big") for i in range(n)]
     ts0 = 1_700_000_000_000
     timestamps = [ts0 + i for i in range(n)]
-    table = pa.table({
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array(values, pa.binary()),
-        "timestamp": pa.array(timestamps, pa.int64()),
-        "headers": pa.array([[{"key": "h", "value": v}] for v in hvals], HEADER_TYPE),
-    })
+    table = pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "timestamp": pa.array(timestamps, pa.int64()),
+            "headers": pa.array([[{"key": "h", "value": v}] for v in hvals], HEADER_TYPE),
+        }
+    )
     py = [(timestamps[i], keys[i], values[i], [("h", hvals[i])]) for i in range(n)]
     return table, py
 
@@ -89,8 +91,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--kafka-python-records", type=int, default=20_000)
-    parser.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1),
-                        help="compression threads for the 'ours' column")
+    parser.add_argument(
+        "--threads", type=int, default=min(4, os.cpu_count() or 1), help="compression threads for the 'ours' column"
+    )
     args = parser.parse_args(argv)
     compression.set_threads(args.threads)
 
@@ -100,8 +103,11 @@ def main(argv=None) -> None:
     from kafka.record.memory_records import MemoryRecords as KpRecords
 
     import aiokafka.record.default_records as aio_mod
-    print(f"aiokafka builder: {AioBuilder.__module__}.{AioBuilder.__name__}"
-          f" (C extension: {'_crecords' in AioBuilder.__module__ or not aio_mod.NO_EXTENSIONS})")
+
+    print(
+        f"aiokafka builder: {AioBuilder.__module__}.{AioBuilder.__name__}"
+        f" (C extension: {'_crecords' in AioBuilder.__module__ or not aio_mod.NO_EXTENSIONS})"
+    )
 
     n = args.records
     table, py = make_data(n)
@@ -112,8 +118,10 @@ def main(argv=None) -> None:
     for codec in (CompressionType.NONE, CompressionType.ZSTD):
         decode_batches(build_records(warm, compression=codec))
 
-    print(f"{n} records, 16-byte key, 100-byte value, 1 header; best of 3; records/s"
-          f" (kafka-python: {kp_n} records); {os.cpu_count()} cores")
+    print(
+        f"{n} records, 16-byte key, 100-byte value, 1 header; best of 3; records/s"
+        f" (kafka-python: {kp_n} records); {os.cpu_count()} cores"
+    )
     for codec in (CompressionType.NONE, CompressionType.ZSTD):
         # one untimed full-size run each: the first touch of fresh memory is slow on some VMs
         decode_batches(build_records(table, compression=codec, max_batch_bytes=BATCH_BYTES))
@@ -138,13 +146,19 @@ def main(argv=None) -> None:
         def rate(t, k=n):
             return f"{k / t:>12,.0f}"
 
-        print(f"\ncodec {codec.kafka_name}: ours {len(ours):,} bytes in {len(scan_batches(ours))} batches,"
-              f" aiokafka {len(theirs):,} bytes in {len(scan_batches(theirs))} batches")
+        print(
+            f"\ncodec {codec.kafka_name}: ours {len(ours):,} bytes in {len(scan_batches(ours))} batches,"
+            f" aiokafka {len(theirs):,} bytes in {len(scan_batches(theirs))} batches"
+        )
         print(f"{'':8}{'ours':>12}{'ours 1 thr':>12}{'aiokafka':>12}{'kafka-py':>12}   ours/aiokafka (1 thread)")
-        print(f"{'encode':8}{rate(t_enc)}{rate(t_enc1)}{rate(t_aenc)}{rate(t_kenc, kp_n)}"
-              f"   {t_aenc / t_enc:5.2f}x ({t_aenc / t_enc1:.2f}x)")
-        print(f"{'decode':8}{rate(t_dec)}{rate(t_dec1)}{rate(t_adec)}{rate(t_kdec, kp_n)}"
-              f"   {t_adec / t_dec:5.2f}x ({t_adec / t_dec1:.2f}x)")
+        print(
+            f"{'encode':8}{rate(t_enc)}{rate(t_enc1)}{rate(t_aenc)}{rate(t_kenc, kp_n)}"
+            f"   {t_aenc / t_enc:5.2f}x ({t_aenc / t_enc1:.2f}x)"
+        )
+        print(
+            f"{'decode':8}{rate(t_dec)}{rate(t_dec1)}{rate(t_adec)}{rate(t_kdec, kp_n)}"
+            f"   {t_adec / t_dec:5.2f}x ({t_adec / t_dec1:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,15 @@ def build(root: str, n: int, keys: int, value_bytes: int, tombstones: float, cod
             data = np.concatenate([hexed, np.full((m, value_bytes - hexed.shape[1]), ord("x"), np.uint8)], axis=1)
             offsets = (np.arange(m + 1) * value_bytes).astype(np.int32)
             valid = rng.random(m) >= tombstones
-            value = pa.Array.from_buffers(pa.binary(), m, [pa.py_buffer(np.packbits(valid, bitorder="little")),
-                                                           pa.py_buffer(offsets), pa.py_buffer(data.tobytes())])
+            value = pa.Array.from_buffers(
+                pa.binary(),
+                m,
+                [
+                    pa.py_buffer(np.packbits(valid, bitorder="little")),
+                    pa.py_buffer(offsets),
+                    pa.py_buffer(data.tobytes()),
+                ],
+            )
             ts = pa.array(1_700_000_000_000 + start + np.arange(m), pa.int64())
             table = pa.table({"key": key.cast(pa.binary()), "value": value, "timestamp": ts})
             log.append(build_records(table, compression=codec))
@@ -111,8 +118,13 @@ def clean_child(root: str, dedupe: int) -> dict:
     if not res.ok:
         raise SystemExit(f"cleaning failed: {res.error}")
     out = {k: v for k, v in vars(res).items() if k not in ("exception", "groups")}
-    out.update(wall_s=wall, rss_rise_kib=_peak_rss() - base_rss, outputs=len(res.groups), hll_s=hll["s"],
-               hll_estimate=hll["estimate"])
+    out.update(
+        wall_s=wall,
+        rss_rise_kib=_peak_rss() - base_rss,
+        outputs=len(res.groups),
+        hll_s=hll["s"],
+        hll_estimate=hll["estimate"],
+    )
     return out
 
 
@@ -135,27 +147,48 @@ def main() -> None:
         root = os.path.join(tmp, "logs")
         secs = build(root, args.records, args.keys, args.value_bytes, args.tombstones, args.codec, args.segment_bytes)
         print(f"built {args.records:,} records, {args.keys:,} keys, codec {args.codec}: {secs:.1f} s")
-        child = subprocess.run([sys.executable, os.path.abspath(__file__), "--clean-only", "--root", root,
-                                "--dedupe-buffer-size", str(args.dedupe_buffer_size)],
-                               capture_output=True, text=True, check=False)
+        child = subprocess.run(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--clean-only",
+                "--root",
+                root,
+                "--dedupe-buffer-size",
+                str(args.dedupe_buffer_size),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if child.returncode:
             raise SystemExit(child.stderr)
         r = json.loads(child.stdout.strip().splitlines()[-1])
     mb = r["bytes_before"] / 1e6
-    print(f"log before      {mb:,.1f} MB in {r['segments_before']} segments; after "
-          f"{r['bytes_after'] / 1e6:,.1f} MB in {r['segments_after']} ({r['outputs']} outputs)")
-    print(f"cleaned         {r['wall_s']:.2f} s: {mb / r['wall_s']:,.1f} MB/s of log, "
-          f"{r['records_read'] / r['wall_s'] / 1e6:.2f} M records/s (all passes read "
-          f"{r['bytes_read'] / 1e6:,.0f} MB, wrote {r['bytes_written'] / 1e6:,.1f} MB)")
-    print(f"records         {r['records_read']:,} read, {r['records_dropped']:,} dropped, "
-          f"{r['tombstones_dropped']:,} tombstones dropped (inside their horizon: kept)")
+    print(
+        f"log before      {mb:,.1f} MB in {r['segments_before']} segments; after "
+        f"{r['bytes_after'] / 1e6:,.1f} MB in {r['segments_after']} ({r['outputs']} outputs)"
+    )
+    print(
+        f"cleaned         {r['wall_s']:.2f} s: {mb / r['wall_s']:,.1f} MB/s of log, "
+        f"{r['records_read'] / r['wall_s'] / 1e6:.2f} M records/s (all passes read "
+        f"{r['bytes_read'] / 1e6:,.0f} MB, wrote {r['bytes_written'] / 1e6:,.1f} MB)"
+    )
+    print(
+        f"records         {r['records_read']:,} read, {r['records_dropped']:,} dropped, "
+        f"{r['tombstones_dropped']:,} tombstones dropped (inside their horizon: kept)"
+    )
     keys = max(r["keys"], 1)
-    print(f"key count pass  {r['hll_s']:.2f} s = {mb / max(r['hll_s'], 1e-9):,.0f} MB/s of log, "
-          f"{100 * r['hll_s'] / r['wall_s']:.0f}% of the cleaning; HLL estimate {r['hll_estimate']:,} "
-          f"({100 * (r['hll_estimate'] / keys - 1):+.2f}% of the keys mapped)")
-    print(f"offset map      {r['keys']:,} distinct keys; table {r['map_bytes']:,} B = "
-          f"{r['map_bytes'] / keys:.1f} B/key; peak {r['map_peak_bytes']:,} B = {r['map_peak_bytes'] / keys:.1f} B/key "
-          f"(Kafka: 24 B/slot at <= 0.9 load = 26.7 B/key)")
+    print(
+        f"key count pass  {r['hll_s']:.2f} s = {mb / max(r['hll_s'], 1e-9):,.0f} MB/s of log, "
+        f"{100 * r['hll_s'] / r['wall_s']:.0f}% of the cleaning; HLL estimate {r['hll_estimate']:,} "
+        f"({100 * (r['hll_estimate'] / keys - 1):+.2f}% of the keys mapped)"
+    )
+    print(
+        f"offset map      {r['keys']:,} distinct keys; table {r['map_bytes']:,} B = "
+        f"{r['map_bytes'] / keys:.1f} B/key; peak {r['map_peak_bytes']:,} B = {r['map_peak_bytes'] / keys:.1f} B/key "
+        f"(Kafka: 24 B/slot at <= 0.9 load = 26.7 B/key)"
+    )
     print(f"peak RSS rise   {r['rss_rise_kib'] / 1024:,.1f} MiB in the cleaning process")
 
 

@@ -56,8 +56,9 @@ from sink import machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 
 TOPIC = "bench"
 SINK_INPUT_SCHEMA = "key STRING, value STRING, timestamp TIMESTAMP"
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                "timestampType int")
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+)
 KINDS = ("kafkalog", "parquet", "floor")
 
 
@@ -68,8 +69,11 @@ def rows(lo: int, hi: int):
     i = np.arange(lo, hi, dtype=np.uint64)
     keys = [b"key-%012d" % x for x in range(lo, hi)]
     h = (i * np.uint64(0x9E3779B97F4A7C15)) ^ (i >> np.uint64(7))
-    hexes = [("%016x%016x%016x%02x" % (int(a), int(a) * 3 % 2**64, int(a) * 7 % 2**64, int(a) % 256))[:50]
-             .encode() + b"0" * 50 for a in h]
+    hexes = [
+        ("%016x%016x%016x%02x" % (int(a), int(a) * 3 % 2**64, int(a) * 7 % 2**64, int(a) % 256))[:50].encode()
+        + b"0" * 50
+        for a in h
+    ]
     ts_ms = 1_700_000_000_000 + np.arange(lo, hi, dtype=np.int64)
     return keys, hexes, ts_ms
 
@@ -95,21 +99,42 @@ def write_inputs(data: str, batches: int, per_batch: int) -> None:
         for f in range(2 * batches):
             lo = f * half
             keys, values, ts = rows(lo, lo + half)
-            pq.write_table(pa.table({"key": pa.array([k.decode() for k in keys]),
-                                     "value": pa.array([v.decode() for v in values]),
-                                     "timestamp": pa.array(ts * 1000).cast(pa.timestamp("us"))}),
-                           os.path.join(data, "sink_in", f"part-{f:05d}.parquet"))
+            pq.write_table(
+                pa.table(
+                    {
+                        "key": pa.array([k.decode() for k in keys]),
+                        "value": pa.array([v.decode() for v in values]),
+                        "timestamp": pa.array(ts * 1000).cast(pa.timestamp("us")),
+                    }
+                ),
+                os.path.join(data, "sink_in", f"part-{f:05d}.parquet"),
+            )
             p = f % 2
-            info = logs[p].append(build_records(pa.table({
-                "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-                "timestamp": pa.array(ts)})))
-            pq.write_table(pa.table({
-                "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-                "topic": pa.array([TOPIC] * half), "partition": pa.array(np.full(half, p, np.int32)),
-                "offset": pa.array(np.arange(info.first_offset, info.last_offset + 1, dtype=np.int64)),
-                "timestamp": pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")),
-                "timestampType": pa.array(np.zeros(half, np.int32))}),
-                os.path.join(data, "src_pq", f"part-{f:05d}.parquet"))
+            info = logs[p].append(
+                build_records(
+                    pa.table(
+                        {
+                            "key": pa.array(keys, pa.binary()),
+                            "value": pa.array(values, pa.binary()),
+                            "timestamp": pa.array(ts),
+                        }
+                    )
+                )
+            )
+            pq.write_table(
+                pa.table(
+                    {
+                        "key": pa.array(keys, pa.binary()),
+                        "value": pa.array(values, pa.binary()),
+                        "topic": pa.array([TOPIC] * half),
+                        "partition": pa.array(np.full(half, p, np.int32)),
+                        "offset": pa.array(np.arange(info.first_offset, info.last_offset + 1, dtype=np.int64)),
+                        "timestamp": pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")),
+                        "timestampType": pa.array(np.zeros(half, np.int32)),
+                    }
+                ),
+                os.path.join(data, "src_pq", f"part-{f:05d}.parquet"),
+            )
             t = time.time() - 1000 + f  # the file source takes files oldest first
             for d in ("sink_in", "src_pq"):
                 os.utime(os.path.join(data, d, f"part-{f:05d}.parquet"), (t, t))
@@ -123,7 +148,11 @@ def register_floors(spark, batches: int, per_batch: int) -> None:
     """format("floor_sink"): drops its Arrow batches, commit() does nothing. format("floor_source"): the
     Kafka source's columns for `batches` micro-batches of `per_batch` rows (2 partitions), from memory."""
     from pyspark.sql.datasource import (
-        DataSource, DataSourceStreamArrowWriter, DataSourceStreamReader, InputPartition, WriterCommitMessage,
+        DataSource,
+        DataSourceStreamArrowWriter,
+        DataSourceStreamReader,
+        InputPartition,
+        WriterCommitMessage,
     )
     from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
 
@@ -159,8 +188,11 @@ def register_floors(spark, batches: int, per_batch: int) -> None:
 
         def partitions(self, start, end):
             half = per_batch // 2
-            return [_Part(b * per_batch + p * half, b * per_batch + (p + 1) * half, p)
-                    for b in range(start["batch"], end["batch"]) for p in range(2)]
+            return [
+                _Part(b * per_batch + p * half, b * per_batch + (p + 1) * half, p)
+                for b in range(start["batch"], end["batch"])
+                for p in range(2)
+            ]
 
         def read(self, part):
             import numpy as np
@@ -168,11 +200,18 @@ def register_floors(spark, batches: int, per_batch: int) -> None:
 
             keys, values, ts = rows(part.lo, part.hi)
             n = part.hi - part.lo
-            yield pa.RecordBatch.from_arrays([
-                pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array([TOPIC] * n),
-                pa.array(np.full(n, part.p, np.int32)), pa.array(np.arange(part.lo, part.hi, dtype=np.int64)),
-                pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")), pa.array(np.zeros(n, np.int32))],
-                names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array(keys, pa.binary()),
+                    pa.array(values, pa.binary()),
+                    pa.array([TOPIC] * n),
+                    pa.array(np.full(n, part.p, np.int32)),
+                    pa.array(np.arange(part.lo, part.hi, dtype=np.int64)),
+                    pa.array(ts * 1000).cast(pa.timestamp("us", tz="UTC")),
+                    pa.array(np.zeros(n, np.int32)),
+                ],
+                names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+            )
 
         def commit(self, end):
             pass
@@ -227,6 +266,7 @@ def register_timed(spark, log_path: str) -> None:
     """format("kafkalog_timed"): KafkaLogDataSource with every call the sink and the source make timed and
     logged (one JSON line per event) by whichever Python process runs it. Subclasses defined in this script
     (pickled by value), wrappers installed in each process at its first call: the package is not edited."""
+
     def probe():
         """Install the counters once per process; return (state dict, emit function)."""
         import os as _os
@@ -240,9 +280,19 @@ def register_timed(spark, log_path: str) -> None:
                 start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
             with open("/proc/stat") as f:
                 btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-            st = {"born": btime + start_ticks / _os.sysconf("SC_CLK_TCK"), "first": _time.time(), "calls": 0,
-                  "fsync": 0, "fsync_files": {}, "listdir": 0, "open_log": 0, "open_log_s": 0.0,
-                  "lock_s": 0.0, "locks": 0, "numba_compiled": 0}
+            st = {
+                "born": btime + start_ticks / _os.sysconf("SC_CLK_TCK"),
+                "first": _time.time(),
+                "calls": 0,
+                "fsync": 0,
+                "fsync_files": {},
+                "listdir": 0,
+                "open_log": 0,
+                "open_log_s": 0.0,
+                "lock_s": 0.0,
+                "locks": 0,
+                "numba_compiled": 0,
+            }
             _sys._kl_latency = st
             st["had_numba"] = "numba" in _sys.modules
             real_fsync = _os.fsync
@@ -258,11 +308,13 @@ def register_timed(spark, log_path: str) -> None:
                     kind = "dir"
                 st["fsync_files"][kind] = st["fsync_files"].get(kind, 0) + 1
                 return real_fsync(fd)
+
             _os.fsync = fsync
         if not st.get("patched") and "storage.log_manager" in _sys.modules:  # after the package's import
             st["patched"] = True
             from storage import local_filesystem as lf
             from storage.log_manager import LogManager as LM
+
             real_list, real_lock, real_open = lf.LocalFileSystem.listdir, lf.LocalFileSystem.lock, LM.open_log
 
             def listdir(self, path):
@@ -286,21 +338,33 @@ def register_timed(spark, log_path: str) -> None:
                 finally:
                     st["open_log"] += 1
                     st["open_log_s"] += _time.perf_counter() - t
+
             lf.LocalFileSystem.listdir, lf.LocalFileSystem.lock, LM.open_log = listdir, lock, open_log
 
         def emit(event, t0, **extra):
             now = _time.time()
-            rec = {"pid": _os.getpid(), "event": event, "ms": round((now - t0) * 1000, 1),
-                   "age_at_first_ms": round((st["first"] - st["born"]) * 1000), "call": st["calls"],
-                   "fsync": st["fsync"], "fsync_files": dict(st["fsync_files"]), "listdir": st["listdir"],
-                   "open_log": st["open_log"], "open_log_ms": round(st["open_log_s"] * 1000, 1),
-                   "locks": st["locks"], "lock_ms": round(st["lock_s"] * 1000, 1), **extra}
+            rec = {
+                "pid": _os.getpid(),
+                "event": event,
+                "ms": round((now - t0) * 1000, 1),
+                "age_at_first_ms": round((st["first"] - st["born"]) * 1000),
+                "call": st["calls"],
+                "fsync": st["fsync"],
+                "fsync_files": dict(st["fsync_files"]),
+                "listdir": st["listdir"],
+                "open_log": st["open_log"],
+                "open_log_ms": round(st["open_log_s"] * 1000, 1),
+                "locks": st["locks"],
+                "lock_ms": round(st["lock_s"] * 1000, 1),
+                **extra,
+            }
             for k in ("fsync", "listdir", "open_log", "open_log_s", "lock_s", "locks"):
                 st[k] = 0 if not k.endswith("_s") else 0.0
             st["fsync_files"] = {}
             st["calls"] += 1
             with open(log_path, "a") as f:
                 f.write(_json.dumps(rec) + "\n")
+
         return st, emit
 
     def numba_state():
@@ -308,8 +372,12 @@ def register_timed(spark, log_path: str) -> None:
         import sys as _sys
 
         n = 0
-        for name in ("storage.records._record_kernels", "storage.records.record_batch",
-                     "storage.staging.partitioner", "storage.index_planner"):
+        for name in (
+            "storage.records._record_kernels",
+            "storage.records.record_batch",
+            "storage.staging.partitioner",
+            "storage.index_planner",
+        ):
             mod = _sys.modules.get(name)
             for obj in vars(mod).values() if mod else ():
                 if hasattr(obj, "signatures") and hasattr(obj, "py_func"):
@@ -355,9 +423,15 @@ def register_timed(spark, log_path: str) -> None:
                         return
                     waited[0] += _time.perf_counter() - t
                     yield b
+
             msg = real.write(timed(iter(iterator)))
-            emit("write (executor task)", t0, unpickle_ms=imp, input_wait_ms=round(waited[0] * 1000, 1),
-                 numba_kernels_new=numba_state() - k0)
+            emit(
+                "write (executor task)",
+                t0,
+                unpickle_ms=imp,
+                input_wait_ms=round(waited[0] * 1000, 1),
+                numba_kernels_new=numba_state() - k0,
+            )
             return msg
 
         def commit(self, messages, batchId):
@@ -368,8 +442,14 @@ def register_timed(spark, log_path: str) -> None:
             real, imp = unpickle(self.blob)
             k0 = numba_state()
             real.commit(messages, batchId)
-            emit("commit (driver)", t0, unpickle_ms=imp, batch=batchId,
-                 numba_imported="numba" in __import__("sys").modules, numba_kernels_new=numba_state() - k0)
+            emit(
+                "commit (driver)",
+                t0,
+                unpickle_ms=imp,
+                batch=batchId,
+                numba_imported="numba" in __import__("sys").modules,
+                numba_kernels_new=numba_state() - k0,
+            )
 
         def abort(self, messages, batchId):
             unpickle(self.blob)[0].abort(messages, batchId)
@@ -432,6 +512,7 @@ def register_timed(spark, log_path: str) -> None:
 
             t = _time.perf_counter()
             from python_datasource.data_source import KafkaLogDataSource
+
             probe()
             return KafkaLogDataSource(self.options), round((_time.perf_counter() - t) * 1000, 1)
 
@@ -486,8 +567,11 @@ class Runner:
         ckpt = out + ".ckpt"
         sp = self.spark
         if side == "sink":
-            df = (sp.readStream.schema(SINK_INPUT_SCHEMA).option("maxFilesPerTrigger", 2)
-                  .parquet(os.path.join(self.data, "sink_in")))
+            df = (
+                sp.readStream.schema(SINK_INPUT_SCHEMA)
+                .option("maxFilesPerTrigger", 2)
+                .parquet(os.path.join(self.data, "sink_in"))
+            )
             w = df.writeStream.option("checkpointLocation", ckpt).trigger(availableNow=True)
             if kind.startswith("kafkalog"):
                 w = w.format(kind).option("topic", TOPIC).option("partitions", 2)
@@ -498,11 +582,19 @@ class Runner:
             start = lambda: w.start(out)  # noqa: E731
         else:
             if kind.startswith("kafkalog"):
-                df = (sp.readStream.format(kind).option("subscribe", TOPIC).option("startingOffsets", "earliest")
-                      .option("maxOffsetsPerTrigger", self.per_batch).load(os.path.join(self.data, "src_kl")))
+                df = (
+                    sp.readStream.format(kind)
+                    .option("subscribe", TOPIC)
+                    .option("startingOffsets", "earliest")
+                    .option("maxOffsetsPerTrigger", self.per_batch)
+                    .load(os.path.join(self.data, "src_kl"))
+                )
             elif kind == "parquet":
-                df = (sp.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 2)
-                      .parquet(os.path.join(self.data, "src_pq")))
+                df = (
+                    sp.readStream.schema(KAFKA_SCHEMA)
+                    .option("maxFilesPerTrigger", 2)
+                    .parquet(os.path.join(self.data, "src_pq"))
+                )
             else:
                 df = sp.readStream.format("floor_source").load()
             w = df.writeStream.format("noop").option("checkpointLocation", ckpt).trigger(availableNow=True)
@@ -519,18 +611,31 @@ class Runner:
         progress = [p for p in q.recentProgress if p["numInputRows"]]
         got = sum(p["numInputRows"] for p in progress)
         if got != self.batches * self.per_batch or len(progress) != self.batches:
-            raise RuntimeError(f"{what}: {len(progress)} micro-batches of {got} rows in all, expected "
-                               f"{self.batches} of {self.per_batch}")
-        return {"what": what, "triggers": [p["durationMs"]["triggerExecution"] for p in progress],
-                "wall": wall, "cpu": cpu, "others": others, "load": os.getloadavg()[0]}
+            raise RuntimeError(
+                f"{what}: {len(progress)} micro-batches of {got} rows in all, expected "
+                f"{self.batches} of {self.per_batch}"
+            )
+        return {
+            "what": what,
+            "triggers": [p["durationMs"]["triggerExecution"] for p in progress],
+            "wall": wall,
+            "cpu": cpu,
+            "others": others,
+            "load": os.getloadavg()[0],
+        }
 
 
 def session(app: str):
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -549,8 +654,18 @@ def fresh_main(args) -> None:
 
 
 def in_fresh_process(args, data: str, queries: list[str], timed_log: str | None = None) -> list[dict]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--fresh", ",".join(queries), "--data", data,
-           "--batches", str(args.batches), "--rows-per-batch", str(args.rows_per_batch)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--fresh",
+        ",".join(queries),
+        "--data",
+        data,
+        "--batches",
+        str(args.batches),
+        "--rows-per-batch",
+        str(args.rows_per_batch),
+    ]
     if timed_log:
         cmd += ["--timed-log", timed_log]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -576,8 +691,10 @@ def show(table: dict, label: str, metric, kinds=KINDS) -> dict:
         v, r = min(vals, key=lambda x: x[0])
         best[kind] = v
         lo, hi = min(x for x, _ in vals), max(x for x, _ in vals)
-        print(f"  {label:36}{kind:10}{v:9.0f} ms  (runs {lo:.0f}-{hi:.0f})  others {r['others']:5.1f} cpu s "
-              f"in {r['wall']:5.1f} s, load {r['load']:.1f}")
+        print(
+            f"  {label:36}{kind:10}{v:9.0f} ms  (runs {lo:.0f}-{hi:.0f})  others {r['others']:5.1f} cpu s "
+            f"in {r['wall']:5.1f} s, load {r['load']:.1f}"
+        )
     if "kafkalog" in best:
         ratios = [f"/ {k} {best['kafkalog'] / best[k]:.1f}x" for k in ("floor", "parquet") if best.get(k)]
         print(f"  {'':36}kafkalog  " + ", ".join(ratios))
@@ -617,21 +734,27 @@ def main(argv=None) -> None:
 
 def measure(args, work: str) -> None:
     t_start, load0 = time.perf_counter(), os.getloadavg()
-    print(f"{args.batches} micro-batches of {args.rows_per_batch} rows (16-byte key, 100-byte value, timestamp) "
-          f"in 2 tasks each; local[2] on {os.cpu_count()} cores; {args.rounds} round(s); Spark's "
-          f"triggerExecution; load average {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at the start")
+    print(
+        f"{args.batches} micro-batches of {args.rows_per_batch} rows (16-byte key, 100-byte value, timestamp) "
+        f"in 2 tasks each; local[2] on {os.cpu_count()} cores; {args.rounds} round(s); Spark's "
+        f"triggerExecution; load average {load0[0]:.1f} / {load0[1]:.1f} / {load0[2]:.1f} at the start"
+    )
     fresh: dict = {"sink": {}, "source": {}}
     warm: dict = {"sink": {}, "source": {}}
     median: dict = {"sink": {}, "source": {}}
     # fresh processes, interleaved per round: (queries, where each result goes)
     plan = [
         (["sink:kafkalog"], [fresh["sink"]]),
-        (["sink:floor", "sink:floor", "sink:parquet", "sink:kafkalog"],
-         [fresh["sink"], warm["sink"], warm["sink"], warm["sink"]]),
+        (
+            ["sink:floor", "sink:floor", "sink:parquet", "sink:kafkalog"],
+            [fresh["sink"], warm["sink"], warm["sink"], warm["sink"]],
+        ),
         (["sink:parquet"], [fresh["sink"]]),
         # a source's warm-up is the floor source: a sink query starts none of the Python source runners
-        (["source:floor", "source:floor", "source:parquet", "source:kafkalog"],
-         [None, warm["source"], warm["source"], warm["source"]]),
+        (
+            ["source:floor", "source:floor", "source:parquet", "source:kafkalog"],
+            [None, warm["source"], warm["source"], warm["source"]],
+        ),
     ]
     for _ in range(args.rounds):
         for queries, dests in plan:
@@ -645,19 +768,20 @@ def measure(args, work: str) -> None:
         for what in order:  # warm-up (the floors first)
             runner.run(what)
         for rnd in range(args.rounds):
-            for what in (order if rnd % 2 == 0 else order[::-1]):
+            for what in order if rnd % 2 == 0 else order[::-1]:
                 r = runner.run(what)
                 side, kind = what.split(":")
                 median[side].setdefault(kind, []).append(r)
     finally:
         spark.stop()
     first = lambda r: r["triggers"][0]  # noqa: E731
-    found = subprocess.run([sys.executable, os.path.abspath(__file__), "--discovery"], capture_output=True,
-                           text=True)
+    found = subprocess.run([sys.executable, os.path.abspath(__file__), "--discovery"], capture_output=True, text=True)
     lookups = [ln[7:] for ln in found.stdout.splitlines() if ln.startswith("RESULT ")]
-    print(f"discovery: format(\"kafkalog\") with no register() first costs {lookups[0] if lookups else '?'} ms more "
-          f"in a session (Spark's lookup of pyspark_* modules, once per session; below, every source is "
-          f"registered)")
+    print(
+        f'discovery: format("kafkalog") with no register() first costs {lookups[0] if lookups else "?"} ms more '
+        f"in a session (Spark's lookup of pyspark_* modules, once per session; below, every source is "
+        f"registered)"
+    )
     print("sink (writeStream), first micro-batch:")
     show(fresh["sink"], "fresh process (first query)", first)
     show(warm["sink"], "after a warm-up query of the floor", first)
@@ -670,21 +794,26 @@ def measure(args, work: str) -> None:
     show(median["source"], "median triggerExecution", lambda r: median_after_two(r["triggers"]))
     show(median["source"], "first trigger, warm session", first)
     load1 = os.getloadavg()
-    print(f"load average {load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; whole run "
-          f"{time.perf_counter() - t_start:.0f} s")
+    print(
+        f"load average {load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; whole run "
+        f"{time.perf_counter() - t_start:.0f} s"
+    )
 
 
 # ------------------------------------------------------------------------------------------- breakdown
 def breakdown(args, work: str) -> None:
     load0 = os.getloadavg()[0]
     log_path = os.path.join(work, "timed.jsonl")
-    results = in_fresh_process(args, work, ["sink:floor", "sink:kafkalog_timed", "source:kafkalog_timed"],
-                               timed_log=log_path)
+    results = in_fresh_process(
+        args, work, ["sink:floor", "sink:kafkalog_timed", "source:kafkalog_timed"], timed_log=log_path
+    )
     print(f"instrumented fresh process (after a floor warm-up), load {load0:.1f}:")
     for r in results:
         t = r["triggers"]
-        print(f"  {r['what']:22} triggers (ms): {t[0]}, {t[1]}, median after two {median_after_two(t):.0f}; "
-              f"others {r['others']:.1f} cpu s in {r['wall']:.1f} s")
+        print(
+            f"  {r['what']:22} triggers (ms): {t[0]}, {t[1]}, median after two {median_after_two(t):.0f}; "
+            f"others {r['others']:.1f} cpu s in {r['wall']:.1f} s"
+        )
     events = [json.loads(line) for line in open(log_path)]
     first_seen: dict = {}
     print(f"  {'event':58}{'pid':>7}{'ms':>8}{'age@1st':>9}  counters")
@@ -692,16 +821,23 @@ def breakdown(args, work: str) -> None:
         new = e["pid"] not in first_seen
         first_seen.setdefault(e["pid"], e)
         extra = {k: v for k, v in e.items() if k not in ("pid", "event", "ms", "age_at_first_ms", "call") and v}
-        print(f"  {e['event'][:58]:58}{e['pid']:>7}{e['ms']:>8.1f}{e['age_at_first_ms'] if new else '':>9}  "
-              f"{json.dumps(extra)}")
+        print(
+            f"  {e['event'][:58]:58}{e['pid']:>7}{e['ms']:>8.1f}{e['age_at_first_ms'] if new else '':>9}  "
+            f"{json.dumps(extra)}"
+        )
     pids = {}
     for e in events:
         pids.setdefault(e["event"].split(" (")[0], set()).add(e["pid"])
     print("  distinct Python processes per call: " + ", ".join(f"{k} {len(v)}" for k, v in pids.items()))
     print("import times, python -X importtime (cumulative ms, fresh interpreter, best of 3):")
+
     def top_level_us(stmt: str) -> int:
-        p = subprocess.run([sys.executable, "-X", "importtime", "-c", stmt], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": ROOT})
+        p = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", stmt],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": ROOT},
+        )
         total = 0
         for line in p.stderr.splitlines():
             if line.startswith("import time:") and "|" in line:
@@ -709,13 +845,23 @@ def breakdown(args, work: str) -> None:
                 if cum.strip().isdigit() and not name.startswith("  "):  # " name": a top-level import
                     total += int(cum)
         return total
+
     base = min(top_level_us("pass") for _ in range(3))  # the interpreter's own start-up imports
-    for stmt in ("import pyspark.sql.datasource", "import numpy", "import pyarrow", "import numba",
-                 "import storage.staging.staged_commit", "import python_datasource.data_source"):
+    for stmt in (
+        "import pyspark.sql.datasource",
+        "import numpy",
+        "import pyarrow",
+        "import numba",
+        "import storage.staging.staged_commit",
+        "import python_datasource.data_source",
+    ):
         best = min(top_level_us(stmt) for _ in range(3)) - base
         print(f"  {stmt:44}{best / 1000:8.0f} ms")
-    direct = subprocess.run([sys.executable, os.path.abspath(__file__), "--direct", work,
-                             "--rows-per-batch", str(args.rows_per_batch)], capture_output=True, text=True)
+    direct = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--direct", work, "--rows-per-batch", str(args.rows_per_batch)],
+        capture_output=True,
+        text=True,
+    )
     print(direct.stdout + direct.stderr[-2000:])
 
 
@@ -725,16 +871,21 @@ def direct_main(work: str, per_batch: int) -> None:
     t0 = time.perf_counter()
     import numpy  # noqa: F401
     import pyarrow as pa
+
     t1 = time.perf_counter()
     import numba  # noqa: F401
+
     t2 = time.perf_counter()
     from storage.log_manager import LogManager
     from storage.records.record_batch import CompressionType
     from storage.staging.record_stager import RecordStager
     from storage.staging.staged_commit import commit_staged
+
     t3 = time.perf_counter()
-    print(f"direct, fresh process: import numpy+pyarrow {1e3 * (t1 - t0):.0f} ms, numba {1e3 * (t2 - t1):.0f} ms, "
-          f"storage (log_manager, stager, commit) {1e3 * (t3 - t2):.0f} ms")
+    print(
+        f"direct, fresh process: import numpy+pyarrow {1e3 * (t1 - t0):.0f} ms, numba {1e3 * (t2 - t1):.0f} ms, "
+        f"storage (log_manager, stager, commit) {1e3 * (t3 - t2):.0f} ms"
+    )
     counts = {"fsync": 0, "files": {}}
     real = os.fsync
 
@@ -748,24 +899,34 @@ def direct_main(work: str, per_batch: int) -> None:
         kind = "partition/staging dir" if kind.startswith((TOPIC, ".kafkalog")) else kind
         counts["files"][kind] = counts["files"].get(kind, 0) + 1
         return real(fd)
+
     os.fsync = fsync
     root = os.path.join(work, "direct")
     keys, values, ts = rows(0, per_batch)
-    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-                      "timestamp": pa.array(ts)})
+    table = pa.table(
+        {"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()), "timestamp": pa.array(ts)}
+    )
     lm = LogManager(root)
     lm.get_or_create_topic(TOPIC, 2)
     for batch in range(6):
+
         def snap():
             c = (counts["fsync"], dict(counts["files"]))
             counts["fsync"], counts["files"] = 0, {}
             return c
+
         snap()
         a = time.perf_counter()
         stagers = []
         for task in range(2):  # two tasks, half the rows each
-            st = RecordStager(LogManager(root), 7, topic=TOPIC, compression=CompressionType.NONE,
-                              new_topic_partitions=2, task_index=task)
+            st = RecordStager(
+                LogManager(root),
+                7,
+                topic=TOPIC,
+                compression=CompressionType.NONE,
+                new_topic_partitions=2,
+                task_index=task,
+            )
             st.add(table.slice(task * per_batch // 2, per_batch // 2))
             stagers.append(st.finish())
         b = time.perf_counter()
@@ -773,8 +934,10 @@ def direct_main(work: str, per_batch: int) -> None:
         commit_staged(LogManager(root), 7, batch, stagers)
         c = time.perf_counter()
         fs_commit = snap()
-        print(f"  batch {batch}: stage 2 tasks {1e3 * (b - a):7.1f} ms, fsyncs {fs_stage[0]} {fs_stage[1]}; "
-              f"commit 2 partitions {1e3 * (c - b):6.1f} ms, fsyncs {fs_commit[0]} {fs_commit[1]}")
+        print(
+            f"  batch {batch}: stage 2 tasks {1e3 * (b - a):7.1f} ms, fsyncs {fs_stage[0]} {fs_stage[1]}; "
+            f"commit 2 partitions {1e3 * (c - b):6.1f} ms, fsyncs {fs_commit[0]} {fs_commit[1]}"
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ def start_server():
 
     from s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server
 
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION=REGION,
-                      AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID=ACCESS_KEY,
+        AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+        AWS_DEFAULT_REGION=REGION,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_CONFIG_FILE=os.devnull,
+    )
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     return S3Server().start(), BUCKET
 
@@ -46,8 +51,12 @@ def spark_fs_options(server) -> dict:
     import json
 
     opts = server.storage_options
-    return {"fs.endpoint_url": opts["endpoint_url"], "fs.key": opts["key"], "fs.secret": opts["secret"],
-            "fs.client_kwargs": json.dumps(opts["client_kwargs"])}
+    return {
+        "fs.endpoint_url": opts["endpoint_url"],
+        "fs.key": opts["key"],
+        "fs.secret": opts["secret"],
+        "fs.client_kwargs": json.dumps(opts["client_kwargs"]),
+    }
 
 
 def whole_object_gets(requests, sizes: dict[str, int]) -> list:
@@ -60,7 +69,7 @@ def whole_object_gets(requests, sizes: dict[str, int]) -> list:
         if r.range is None:
             out.append(r)
         elif size is not None:
-            first, _, last = r.range[len("bytes="):].partition("-")
+            first, _, last = r.range[len("bytes=") :].partition("-")
             if int(first) == 0 and (last == "" or int(last) >= size - 1):
                 out.append(r)
     return out
@@ -68,8 +77,10 @@ def whole_object_gets(requests, sizes: dict[str, int]) -> list:
 
 def summary(requests) -> str:
     by = Counter(r.method for r in requests)
-    return (f"{len(requests):>5} requests ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))}), "
-            f"{sum(r.body_bytes for r in requests):>9,} bytes received")
+    return (
+        f"{len(requests):>5} requests ({', '.join(f'{k} {v}' for k, v in sorted(by.items()))}), "
+        f"{sum(r.body_bytes for r in requests):>9,} bytes received"
+    )
 
 
 def kind(r) -> str:
@@ -88,7 +99,7 @@ def object_sizes(server, url: str) -> dict[str, int]:
     import s3fs
 
     s3 = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **server.storage_options)
-    return {"/" + k: int(v["size"]) for k, v in s3.find(url[len("s3://"):], detail=True).items()}
+    return {"/" + k: int(v["size"]) for k, v in s3.find(url[len("s3://") :], detail=True).items()}
 
 
 def build(url: str, opts: dict, segments: int) -> None:
@@ -104,8 +115,13 @@ def build(url: str, opts: dict, segments: int) -> None:
         for s in range(segments):
             lo = s * RECORDS_PER_SEGMENT
             offs = range(lo, lo + RECORDS_PER_SEGMENT)
-            table = pa.table({"key": [b"k%05d" % (i % 997) for i in offs], "value": [b"x" * 180] * len(offs),
-                              "timestamp": pa.array([T0 + 1000 * i for i in offs], pa.int64())})
+            table = pa.table(
+                {
+                    "key": [b"k%05d" % (i % 997) for i in offs],
+                    "value": [b"x" * 180] * len(offs),
+                    "timestamp": pa.array([T0 + 1000 * i for i in offs], pa.int64()),
+                }
+            )
             log.append(build_records(table, max_batch_bytes=2048))  # about 10 batches of 2 KB per segment
 
 
@@ -125,8 +141,10 @@ def main(argv=None) -> None:
         print(f"built {args.segments} segment objects with {server.log.mark() - mark} requests")
         sizes = object_sizes(server, url)
         logs = sorted(k for k in sizes if k.endswith(".log"))
-        print(f"{len(logs)} .log objects, {sum(sizes[k] for k in logs):,} bytes "
-              f"(each about {sum(sizes[k] for k in logs) // len(logs):,}); {len(sizes)} objects in all")
+        print(
+            f"{len(logs)} .log objects, {sum(sizes[k] for k in logs):,} bytes "
+            f"(each about {sum(sizes[k] for k in logs) // len(logs):,}); {len(sizes)} objects in all"
+        )
 
         def engine(ts):
             with LogManager(url, opts).open_log(TopicPartition("t", 0)) as log:
@@ -136,8 +154,10 @@ def main(argv=None) -> None:
             from python_datasource.reader import KafkaLogBatchReader
             from python_datasource.source_options import SourceOptions
 
-            o = SourceOptions.parse({"path": url, "subscribe": "t", "startingTimestamp": str(ts),
-                                     **spark_fs_options(server)}, streaming=False)
+            o = SourceOptions.parse(
+                {"path": url, "subscribe": "t", "startingTimestamp": str(ts), **spark_fs_options(server)},
+                streaming=False,
+            )
             parts = KafkaLogBatchReader(o).partitions()
             return parts[0].start if parts else None
 
@@ -147,7 +167,7 @@ def main(argv=None) -> None:
             if not with_hint:
                 import s3fs
 
-                s3fs.S3FileSystem(skip_instance_cache=True, **opts).rm(hint[len("s3://"):])
+                s3fs.S3FileSystem(skip_instance_cache=True, **opts).rm(hint[len("s3://") :])
                 print("without the hint object:")
             else:
                 print("with the hint object (written by every append):")
@@ -160,10 +180,12 @@ def main(argv=None) -> None:
                     skipped = offset // RECORDS_PER_SEGMENT
                     kinds = Counter(kind(r) for r in reqs)
                     whole = whole_object_gets(reqs, sizes)
-                    print(f"  T in the {where:6} segment ({skipped:>3} skipped), {name:14}: {summary(reqs)}; "
-                          f"{', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; "
-                          f"{sum(r.body_bytes for r in reqs if kind(r) != 'LIST'):,} bytes besides listings; "
-                          f"whole .log objects read: {len(whole)}")
+                    print(
+                        f"  T in the {where:6} segment ({skipped:>3} skipped), {name:14}: {summary(reqs)}; "
+                        f"{', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; "
+                        f"{sum(r.body_bytes for r in reqs if kind(r) != 'LIST'):,} bytes besides listings; "
+                        f"whole .log objects read: {len(whole)}"
+                    )
     finally:
         server.stop()
 

@@ -82,8 +82,15 @@ SEGMENT_COUNTS = [1, 10, 100, 1000]
 RECORDS_PER_BATCH = 3
 MAINT_SETTINGS = {"kafkalog.segment.merge.min.age.ms": str(10**13)}  # nothing due: no merge of small segments
 OP_NAMES = {
-    "a": "plan (direct)", "a-spark": "plan (spark)", "b": "trigger", "b-spark": "trigger (spark)", "c": "list", "d": "describe",
-    "e": "maintain", "e-spark": "maintain (spark)", "f": "plan memory",
+    "a": "plan (direct)",
+    "a-spark": "plan (spark)",
+    "b": "trigger",
+    "b-spark": "trigger (spark)",
+    "c": "list",
+    "d": "describe",
+    "e": "maintain",
+    "e-spark": "maintain (spark)",
+    "f": "plan memory",
 }
 
 
@@ -176,7 +183,7 @@ class Env:
     def cli_fs(self) -> list[str]:
         out = []
         for k, v in self.spark_options.items():
-            out += ["--fs", f"{k[len('fs.'):]}={v}"]
+            out += ["--fs", f"{k[len('fs.') :]}={v}"]
         return out
 
     def mark(self):
@@ -186,8 +193,7 @@ class Env:
         return self.server.log.since(mark) if self.s3 else []
 
 
-def measure(env: Env, fn, *, tree_cpu: bool = False, min_total: float = 0.5, max_runs: int = 5,
-            min_runs: int = 2):
+def measure(env: Env, fn, *, tree_cpu: bool = False, min_total: float = 0.5, max_runs: int = 5, min_runs: int = 2):
     """Best run of fn(): (wall, cpu, others, requests, value). Repeats until min_total s or max_runs, and at
     least twice, so that a big layout's figure is not its first touch of the page cache while small ones are
     warm (10,000 partitions planned in 1.66 s cold, 1.32 s warm)."""
@@ -220,7 +226,7 @@ def fill(res: Result, best, runs: int, env: Env | None = None) -> Result:
         root = env.root(next(lay for lay in env.layouts if lay.name == res.layout))
         n, b = Counter(), Counter()
         for r in reqs:
-            t = req_target(r, root[len("s3:/"):])
+            t = req_target(r, root[len("s3:/") :])
             n[t] += 1
             b[t] += r.body_bytes
         res.extra["by_target"] = {t: {"requests": n[t], "bytes": b[t]} for t in sorted(n)}
@@ -233,9 +239,8 @@ def req_target(r, root_path: str) -> str:
     from storage.topic_partition import parse_log_dir_name
 
     if req_kind(r) == "LIST":
-        prefix = "/" + r.path.strip("/").split("/", 1)[0] + "/" + urllib.parse.parse_qs(r.query).get(
-            "prefix", [""])[0]
-        rel = prefix.rstrip("/")[len(root_path):].strip("/")
+        prefix = "/" + r.path.strip("/").split("/", 1)[0] + "/" + urllib.parse.parse_qs(r.query).get("prefix", [""])[0]
+        rel = prefix.rstrip("/")[len(root_path) :].strip("/")
         if not prefix.startswith(root_path):
             return "LIST outside the root"
         if rel == "":
@@ -264,9 +269,13 @@ def build_layout(env: Env, layout: Layout) -> dict:
 
     root = env.root(layout)
     now = int(time.time() * 1000)
-    table = pa.table({"key": [b"key-%d" % i for i in range(RECORDS_PER_BATCH)],
-                      "value": [b"v" * 32] * RECORDS_PER_BATCH,
-                      "timestamp": pa.array([now] * RECORDS_PER_BATCH, pa.int64())})
+    table = pa.table(
+        {
+            "key": [b"key-%d" % i for i in range(RECORDS_PER_BATCH)],
+            "value": [b"v" * 32] * RECORDS_PER_BATCH,
+            "timestamp": pa.array([now] * RECORDS_PER_BATCH, pa.int64()),
+        }
+    )
     one = build_records(table)
     mark = env.mark()
     t0 = time.perf_counter()
@@ -292,21 +301,31 @@ def build_layout(env: Env, layout: Layout) -> dict:
                         log.append(one * layout.segments)
                 slowest = max(slowest, time.perf_counter() - ta)
             if layout.partitions >= 1000 and (i + 1) % max(1, layout.topics // 10) == 0:
-                progress(f"  build {layout.name}: {(i + 1) * layout.per_topic} partitions written, "
-                         f"{time.perf_counter() - t0:.1f}s")
+                progress(
+                    f"  build {layout.name}: {(i + 1) * layout.per_topic} partitions written, "
+                    f"{time.perf_counter() - t0:.1f}s"
+                )
     t_append = time.perf_counter() - t1
     env.built_at[layout.name] = time.time()
     with LogManager(root, env.storage_options).open_log(TopicPartition(topics[-1], layout.per_topic - 1)) as log:
         got = (len(log.segments), log.log_end_offset)
     want = (layout.segments, layout.segments * RECORDS_PER_BATCH)
     if got != want:
-        raise RuntimeError(f"layout {layout.name}: last partition has {got[0]} segments, end offset {got[1]}; "
-                           f"expected {want}")
+        raise RuntimeError(
+            f"layout {layout.name}: last partition has {got[0]} segments, end offset {got[1]}; expected {want}"
+        )
     reqs = env.requests_since(mark)
-    return {"layout": layout.name, "partitions": layout.partitions, "segments": layout.segments,
-            "create_s": t_create, "append_s": t_append, "slowest_partition_s": slowest,
-            "requests": len(reqs), "create_requests": create_reqs,
-            "by_method": dict(sorted(Counter(req_kind(r) for r in reqs).items()))}
+    return {
+        "layout": layout.name,
+        "partitions": layout.partitions,
+        "segments": layout.segments,
+        "create_s": t_create,
+        "append_s": t_append,
+        "slowest_partition_s": slowest,
+        "requests": len(reqs),
+        "create_requests": create_reqs,
+        "by_method": dict(sorted(Counter(req_kind(r) for r in reqs).items())),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- operations
@@ -339,8 +358,7 @@ def op_plan_spark(env: Env, layout: Layout) -> Result:
     root = env.root(layout)
 
     def run():
-        df = (spark.read.format("kafkalog").options(**env.spark_options).option("subscribePattern", ".*")
-              .load(root))
+        df = spark.read.format("kafkalog").options(**env.spark_options).option("subscribePattern", ".*").load(root)
         return df._jdf.queryExecution().toRdd().getNumPartitions()
 
     best, runs = measure(env, run, tree_cpu=True)
@@ -390,9 +408,16 @@ def op_trigger_spark(env: Env, layout: Layout, triggers: int = 30) -> Result:
     spark = env.spark
     spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "0")  # a progress for every idle trigger
     ckpt = tempfile.mkdtemp(prefix="scale-trigger-", dir=env.work)
-    q = (spark.readStream.format("kafkalog").options(**env.spark_options).option("subscribePattern", ".*")
-         .load(env.root(layout)).writeStream.format("noop").option("checkpointLocation", ckpt)
-         .trigger(processingTime="0 seconds").start())
+    q = (
+        spark.readStream.format("kafkalog")
+        .options(**env.spark_options)
+        .option("subscribePattern", ".*")
+        .load(env.root(layout))
+        .writeStream.format("noop")
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     busy0 = machine_busy_seconds()
     try:
         idle = []
@@ -406,8 +431,12 @@ def op_trigger_spark(env: Env, layout: Layout, triggers: int = 30) -> Result:
     idle = idle[5:]
     te = statistics.median(p["durationMs"]["triggerExecution"] for p in idle) / 1000
     lo = statistics.median(p["durationMs"]["latestOffset"] for p in idle) / 1000
-    res = fill(Result("b-spark", layout.name, layout.partitions, layout.segments),
-               (te, 0.0, machine_busy_seconds() - busy0, [], None), len(idle), env)
+    res = fill(
+        Result("b-spark", layout.name, layout.partitions, layout.segments),
+        (te, 0.0, machine_busy_seconds() - busy0, [], None),
+        len(idle),
+        env,
+    )
     res.extra = {"latestOffset_s": lo}
     res.note = f"median of {len(idle)} idle triggers; latestOffset {lo * 1000:.1f} ms; cpu n/a; others: whole run"
     return res
@@ -454,13 +483,21 @@ def op_maintain(env: Env, layout: Layout, spark: bool = False) -> Result:
     root = env.root(layout)
 
     def run():
-        reports = run_once(root, storage_options=env.storage_options, cleaner_settings=MAINT_SETTINGS,
-                           spark=env.spark if spark else None)
-        bad = [r for r in reports if r.errors or r.segments_deleted or r.merged_groups or r.cleaned
-               or r.bytes_before != r.bytes_after]
+        reports = run_once(
+            root,
+            storage_options=env.storage_options,
+            cleaner_settings=MAINT_SETTINGS,
+            spark=env.spark if spark else None,
+        )
+        bad = [
+            r
+            for r in reports
+            if r.errors or r.segments_deleted or r.merged_groups or r.cleaned or r.bytes_before != r.bytes_after
+        ]
         if len(reports) != layout.partitions or bad:
-            raise RuntimeError(f"maintain {layout.name}: {len(reports)} reports; did something: "
-                               f"{bad[0].line() if bad else ''}")
+            raise RuntimeError(
+                f"maintain {layout.name}: {len(reports)} reports; did something: {bad[0].line() if bad else ''}"
+            )
 
     best, runs = measure(env, run, tree_cpu=spark)
     return fill(Result("e-spark" if spark else "e", layout.name, layout.partitions, layout.segments), best, runs, env)
@@ -471,8 +508,13 @@ def op_memory(env: Env, layout: Layout, warm_root: str) -> Result:
     mark = env.mark()
     busy0, tree0 = machine_busy_seconds(), tree_cpu_seconds(os.getpid())
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--_plan-child", json.dumps(args)],
-                          capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--_plan-child", json.dumps(args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
     wall = time.perf_counter() - t0
     others = max(0.0, machine_busy_seconds() - busy0 - (tree_cpu_seconds(os.getpid()) - tree0))
     if proc.returncode != 0:
@@ -480,12 +522,18 @@ def op_memory(env: Env, layout: Layout, warm_root: str) -> Result:
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     if doc["partitions"] != layout.partitions:
         raise RuntimeError(f"planning child for {layout.name}: {doc['partitions']} partitions")
-    res = fill(Result("f", layout.name, layout.partitions, layout.segments),
-               (doc["plan_s"], doc["plan_cpu_s"], others, env.requests_since(mark), None), 1, env)
+    res = fill(
+        Result("f", layout.name, layout.partitions, layout.segments),
+        (doc["plan_s"], doc["plan_cpu_s"], others, env.requests_since(mark), None),
+        1,
+        env,
+    )
     res.extra = {**doc, "process_wall_s": wall}
-    res.note = (f"RSS {doc['base_kib'] / 1024:.0f} MiB, peak +{doc['delta_kib']:,} KiB, "
-                f"{doc['delta_kib'] / layout.partitions:.2f} KiB/part, {doc['delta_kib'] / layout.total_segments:.2f} "
-                f"KiB/seg ({doc['how']})")
+    res.note = (
+        f"RSS {doc['base_kib'] / 1024:.0f} MiB, peak +{doc['delta_kib']:,} KiB, "
+        f"{doc['delta_kib'] / layout.partitions:.2f} KiB/part, {doc['delta_kib'] / layout.total_segments:.2f} "
+        f"KiB/seg ({doc['how']})"
+    )
     return res
 
 
@@ -509,8 +557,19 @@ def plan_child(arg: str) -> None:
     parts = plan_direct(env, a["root"])
     plan_s, plan_cpu = time.perf_counter() - t0, time.process_time() - c0
     peak = _status_kib("VmHWM") if how.startswith("VmHWM") else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"partitions": len(parts), "base_kib": base, "peak_kib": peak, "delta_kib": peak - base,
-                      "plan_s": plan_s, "plan_cpu_s": plan_cpu, "how": how}))
+    print(
+        json.dumps(
+            {
+                "partitions": len(parts),
+                "base_kib": base,
+                "peak_kib": peak,
+                "delta_kib": peak - base,
+                "plan_s": plan_s,
+                "plan_cpu_s": plan_cpu,
+                "how": how,
+            }
+        )
+    )
 
 
 def _status_kib(key: str) -> int:
@@ -542,12 +601,16 @@ def table(results: list[Result], env: Env, unit: str) -> list[str]:
             lines.append(f"{name:18}{r.layout:>14}{r.partitions:>7}{r.segments:>6}  skipped: {r.skipped}")
             continue
         units = r.partitions if unit == "part" else r.partitions * r.segments
-        line = (f"{name:18}{r.layout:>14}{r.partitions:>7}{r.segments:>6}{r.runs:>5}{r.wall_s * 1000:>11.1f}"
-                f"{r.cpu_s * 1000:>10.1f}{r.others_s:>9.2f}{r.wall_s * 1000 / units:>10.3f}")
+        line = (
+            f"{name:18}{r.layout:>14}{r.partitions:>7}{r.segments:>6}{r.runs:>5}{r.wall_s * 1000:>11.1f}"
+            f"{r.cpu_s * 1000:>10.1f}{r.others_s:>9.2f}{r.wall_s * 1000 / units:>10.3f}"
+        )
         if env.s3:
             q = r.requests
-            line += (f"{r.n_requests:>8}{r.n_requests / units:>9.2f}{q.get('GET', 0):>7}{q.get('HEAD', 0):>7}"
-                     f"{q.get('LIST', 0):>7}{q.get('PUT', 0):>6}{q.get('DELETE', 0):>6}{r.bytes_in / 1000:>9.1f}")
+            line += (
+                f"{r.n_requests:>8}{r.n_requests / units:>9.2f}{q.get('GET', 0):>7}{q.get('HEAD', 0):>7}"
+                f"{q.get('LIST', 0):>7}{q.get('PUT', 0):>6}{q.get('DELETE', 0):>6}{r.bytes_in / 1000:>9.1f}"
+            )
         lines.append(line + (f"  {r.note}" if r.note else ""))
     return lines
 
@@ -555,9 +618,11 @@ def table(results: list[Result], env: Env, unit: str) -> list[str]:
 def growth_lines(results: list[Result], env: Env) -> list[str]:
     """Per-unit cost at the largest layout vs a reference one: the partition sweep (vs 100 and vs 10
     partitions) and the segment sweep (vs 10 segments per partition)."""
-    lines = [f"{'op':18}{'sweep':>10}{'from':>14}{'to':>14}{'ms/unit':>10}{'->':>4}{'ms/unit':>10}{'ratio':>8}"
-             + (f"{'req/unit':>10}{'->':>4}{'req/unit':>10}{'KB/unit':>10}{'->':>4}{'KB/unit':>10}" if env.s3 else "")
-             + "  verdict"]
+    lines = [
+        f"{'op':18}{'sweep':>10}{'from':>14}{'to':>14}{'ms/unit':>10}{'->':>4}{'ms/unit':>10}{'ratio':>8}"
+        + (f"{'req/unit':>10}{'->':>4}{'req/unit':>10}{'KB/unit':>10}{'->':>4}{'KB/unit':>10}" if env.s3 else "")
+        + "  verdict"
+    ]
     ops = list(dict.fromkeys(r.op for r in results))
     for op in ops:
         rows = [r for r in results if r.op == op and not r.skipped]
@@ -575,8 +640,9 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
                 if r1000 and r10 and r1000 is not big:
                     cands.append(("partitions", r10, r1000, 1000, 10))
         for np_ in SEGMENT_PARTITIONS:
-            ssweep = sorted((r for r in rows if r.partitions == np_ and r.layout.startswith("1x")),
-                            key=lambda r: r.segments)
+            ssweep = sorted(
+                (r for r in rows if r.partitions == np_ and r.layout.startswith("1x")), key=lambda r: r.segments
+            )
             ref = next((r for r in ssweep if r.segments == 10), None)
             if ssweep and ref is not None and ssweep[-1].segments > 10:
                 big = ssweep[-1]
@@ -587,8 +653,10 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
             verdict = "SUPER-LINEAR" if ratio > 2 else ("super-linear?" if ratio > 1.3 else "linear or better")
             line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
             if env.s3:
-                line += (f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"
-                         f"{ref.bytes_in / 1000 / nr:>10.2f}{'':>4}{big.bytes_in / 1000 / nb:>10.2f}")
+                line += (
+                    f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"
+                    f"{ref.bytes_in / 1000 / nr:>10.2f}{'':>4}{big.bytes_in / 1000 / nb:>10.2f}"
+                )
                 b0, b1 = ref.bytes_in / nr, big.bytes_in / nb
                 if b0 and b1 / b0 > 2:
                     verdict += f"; bytes/unit x{b1 / b0:.1f}: SUPER-LINEAR"
@@ -604,6 +672,7 @@ def profile_op(env: Env, op: str, layout: Layout, warm_root: str) -> None:
     import pstats
 
     if op == "a":
+
         def fn():
             return plan_direct(env, env.root(layout))
     elif op == "b":
@@ -658,11 +727,16 @@ def main(argv=None) -> None:
     p.add_argument("--quick", action="store_true", help="stop at 1000 partitions and 100 segments")
     p.add_argument("--ops", default="a,b,c,d,e,f", help="operations to run (a,b,c,d,e,f; see the docstring)")
     p.add_argument("--s3", action="store_true", help="layouts on moto's S3 server started in this process")
-    p.add_argument("--spark", action="store_true",
-                   help="also plan (a), idle triggers (b) and maintain (e) through Spark, local[2]")
+    p.add_argument(
+        "--spark", action="store_true", help="also plan (a), idle triggers (b) and maintain (e) through Spark, local[2]"
+    )
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
-    p.add_argument("--op-budget", type=float, default=300.0,
-                   help="seconds: an op slower than this on a layout is skipped on the larger ones")
+    p.add_argument(
+        "--op-budget",
+        type=float,
+        default=300.0,
+        help="seconds: an op slower than this on a layout is skipped on the larger ones",
+    )
     p.add_argument("--profile", default="", help="ops to cProfile once on --profile-layout (a,b,c,d,e)")
     p.add_argument("--profile-layout", default=None, help="layout name to profile (default: largest partitions)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir")
@@ -686,19 +760,30 @@ def main(argv=None) -> None:
         server, bucket = start_server()
     env = Env(work, server, bucket)
     playouts = [Layout(t, n, 1) for t, n in PARTITION_LAYOUTS if t * n <= args.max_partitions]
-    slayouts = [Layout(1, n, s) for n in SEGMENT_PARTITIONS for s in SEGMENT_COUNTS
-                if s <= args.max_segments and n <= args.max_partitions]
+    slayouts = [
+        Layout(1, n, s)
+        for n in SEGMENT_PARTITIONS
+        for s in SEGMENT_COUNTS
+        if s <= args.max_segments and n <= args.max_partitions
+    ]
     layouts = list(dict.fromkeys(playouts + slayouts))
     layouts.sort(key=lambda lay: (lay.total_segments, lay.partitions))
     env.layouts = layouts
-    report = {"argv": sys.argv[1:], "backend": "s3 (moto, in process)" if args.s3 else "local disk",
-              "cores": os.cpu_count(), "build": [], "results": []}
+    report = {
+        "argv": sys.argv[1:],
+        "backend": "s3 (moto, in process)" if args.s3 else "local disk",
+        "cores": os.cpu_count(),
+        "build": [],
+        "results": [],
+    }
     results: list[Result] = []
     try:
         progress(f"scale bench: {len(layouts)} layouts in {'s3://' + bucket if args.s3 else work}; ops {ops}")
-        print(f"kafkalog scale benchmark: {'S3 (moto server in this process)' if args.s3 else 'local disk'} "
-              f"({work if not args.s3 else 's3://' + bucket + '/scale-bench'}), {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"kafkalog scale benchmark: {'S3 (moto server in this process)' if args.s3 else 'local disk'} "
+            f"({work if not args.s3 else 's3://' + bucket + '/scale-bench'}), {os.cpu_count()} cores, "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
         builds = []
         for lay in layouts:
             progress(f"build {lay.name} ({lay.partitions} partitions x {lay.segments} segments)")
@@ -711,9 +796,11 @@ def main(argv=None) -> None:
             head += f"{'reqs':>9}{'req/part':>9}"
         print(head)
         for b in builds:
-            line = (f"{b['layout']:>14}{b['partitions']:>7}{b['segments']:>6}{b['create_s']:>10.2f}"
-                    f"{b['append_s']:>10.2f}{(b['create_s'] + b['append_s']) * 1000 / b['partitions']:>9.2f}"
-                    f"{b['slowest_partition_s'] * 1000:>11.1f}")
+            line = (
+                f"{b['layout']:>14}{b['partitions']:>7}{b['segments']:>6}{b['create_s']:>10.2f}"
+                f"{b['append_s']:>10.2f}{(b['create_s'] + b['append_s']) * 1000 / b['partitions']:>9.2f}"
+                f"{b['slowest_partition_s'] * 1000:>11.1f}"
+            )
             if args.s3:
                 line += f"{b['requests']:>9}{b['requests'] / b['partitions']:>9.1f}"
             print(line)
@@ -721,9 +808,14 @@ def main(argv=None) -> None:
         if args.spark:
             from pyspark.sql import SparkSession
 
-            env.spark = (SparkSession.builder.master("local[2]").appName("kafkalog-scale-bench")
-                         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+            env.spark = (
+                SparkSession.builder.master("local[2]")
+                .appName("kafkalog-scale-bench")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .getOrCreate()
+            )
             env.spark.sparkContext.setLogLevel("ERROR")
         warm = env.root(layouts[0])
         runners = []
@@ -752,8 +844,13 @@ def main(argv=None) -> None:
             too_slow = None
             for lay in layouts:
                 if too_slow is not None and lay.total_segments > too_slow[0]:
-                    r = Result(op, lay.name, lay.partitions, lay.segments,
-                               skipped=f"{too_slow[1]} took {too_slow[2]:.0f}s (> --op-budget)")
+                    r = Result(
+                        op,
+                        lay.name,
+                        lay.partitions,
+                        lay.segments,
+                        skipped=f"{too_slow[1]} took {too_slow[2]:.0f}s (> --op-budget)",
+                    )
                 else:
                     progress(f"{OP_NAMES[op]} on {lay.name}")
                     r = run(lay)
@@ -772,8 +869,7 @@ def main(argv=None) -> None:
         print("\n".join(table([r for r in results if r.layout in pnames], env, "part")))
         print("\nSegment sweep (1 topic of 1 or 10 partitions; S segments per partition)")
         snames = [lay.name for lay in sorted(slayouts, key=lambda lay: (lay.partitions, lay.segments))]
-        srows = sorted((r for r in results if r.layout in snames),
-                       key=lambda r: (by_op[r.op], snames.index(r.layout)))
+        srows = sorted((r for r in results if r.layout in snames), key=lambda r: (by_op[r.op], snames.index(r.layout)))
         print("\n".join(table(srows, env, "seg")))
         if args.s3:
             print("\nS3 requests by target (count, KB received), largest layout of each op; per partition in brackets")
@@ -782,9 +878,11 @@ def main(argv=None) -> None:
                 if not rows:
                     continue
                 r = max(rows, key=lambda r: (r.partitions, r.segments))
-                parts = ", ".join(f"{t}: {v['requests']} [{v['requests'] / r.partitions:.2f}] "
-                                  f"{v['bytes'] / 1000:.1f} KB [{v['bytes'] / 1000 / r.partitions:.2f}]"
-                                  for t, v in r.extra["by_target"].items())
+                parts = ", ".join(
+                    f"{t}: {v['requests']} [{v['requests'] / r.partitions:.2f}] "
+                    f"{v['bytes'] / 1000:.1f} KB [{v['bytes'] / 1000 / r.partitions:.2f}]"
+                    for t, v in r.extra["by_target"].items()
+                )
                 print(f"  {OP_NAMES[op]} on {r.layout}: {parts}")
         print("\nGrowth (per-unit wall cost, largest layout vs reference; ratio > 1: super-linear)")
         print("\n".join(growth_lines(results, env)))

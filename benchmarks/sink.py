@@ -124,18 +124,29 @@ class Bench:
         self.files = None
         if args.source == "files":
             self.files = os.path.join(work, "input")
-            (spark.range(0, args.rows, numPartitions=args.input_partitions * args.batches)
-             .selectExpr("id AS value", "timestamp_millis(1700000000000 + id) AS timestamp")
-             .selectExpr(*ROW_EXPRS).write.parquet(self.files))
+            (
+                spark.range(0, args.rows, numPartitions=args.input_partitions * args.batches)
+                .selectExpr("id AS value", "timestamp_millis(1700000000000 + id) AS timestamp")
+                .selectExpr(*ROW_EXPRS)
+                .write.parquet(self.files)
+            )
 
     def stream(self):
         a = self.args
         if self.files is not None:
-            return (self.spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", a.input_partitions)
-                    .parquet(self.files))
-        return (self.spark.readStream.format("rate-micro-batch").option("rowsPerBatch", a.rows)
-                .option("numPartitions", a.input_partitions).option("startTimestamp", 1700000000000)
-                .load().selectExpr(*ROW_EXPRS))
+            return (
+                self.spark.readStream.schema(INPUT_SCHEMA)
+                .option("maxFilesPerTrigger", a.input_partitions)
+                .parquet(self.files)
+            )
+        return (
+            self.spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", a.rows)
+            .option("numPartitions", a.input_partitions)
+            .option("startTimestamp", 1700000000000)
+            .load()
+            .selectExpr(*ROW_EXPRS)
+        )
 
     def run_once(self, sink: str, codec: str) -> tuple[float, float, float, int]:
         """(seconds, our cpu seconds, other processes' cpu seconds, output data bytes) of one availableNow
@@ -146,8 +157,12 @@ class Bench:
             shutil.rmtree(d, ignore_errors=True)
         w = self.stream().writeStream.option("checkpointLocation", ckpt).trigger(availableNow=True)
         if sink == "kafkalog":
-            w = (w.format("kafkalog").option("topic", TOPIC).option("partitions", self.args.topic_partitions)
-                 .option("compression.type", codec))
+            w = (
+                w.format("kafkalog")
+                .option("topic", TOPIC)
+                .option("partitions", self.args.topic_partitions)
+                .option("compression.type", codec)
+            )
             if self.args.level is not None and codec in ("zstd", "gzip"):
                 w = w.option(f"compression.{codec}.level", self.args.level)
         elif sink == "parquet":
@@ -196,9 +211,16 @@ def run_s3(spark, args, work: str) -> None:
         url = f"s3://{bucket}/sink"
         ckpt = os.path.join(work, "ckpt-s3")
         mark = server.log.mark()
-        q = (bench.stream().writeStream.format("kafkalog").options(**spark_fs_options(server))
-             .option("topic", TOPIC).option("partitions", args.topic_partitions).option("checkpointLocation", ckpt)
-             .trigger(availableNow=True).start(url))
+        q = (
+            bench.stream()
+            .writeStream.format("kafkalog")
+            .options(**spark_fs_options(server))
+            .option("topic", TOPIC)
+            .option("partitions", args.topic_partitions)
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start(url)
+        )
         q.awaitTermination()
         if q.exception() is not None:
             raise RuntimeError(f"kafkalog on S3 failed: {q.exception()}")
@@ -214,18 +236,25 @@ def run_s3(spark, args, work: str) -> None:
         staging = [r for r in reqs if "/.kafkalog-staged-" in r.path]
         rest = [r for r in reqs if "/.kafkalog-staged-" not in r.path]
         segments = [r for r in rest if r.method == "PUT" and r.path.endswith(".log") and r.status == 200]
-        print(f"kafkalog on S3: {args.rows:,} rows, {commits} commit(s) (micro-batches) into {args.topic_partitions} "
-              f"partition(s), {args.input_partitions} task(s) per micro-batch, {len(segments)} segment objects")
+        print(
+            f"kafkalog on S3: {args.rows:,} rows, {commits} commit(s) (micro-batches) into {args.topic_partitions} "
+            f"partition(s), {args.input_partitions} task(s) per micro-batch, {len(segments)} segment objects"
+        )
         print(f"  all requests:          {summary(reqs)}")
         print(f"  staging objects:       {summary(staging)}")
         print(f"  commits and metadata:  {summary(rest)}")
-        print(f"  per commit: {len(reqs) / commits:.1f} requests ({len(staging) / commits:.1f} for staging, "
-              f"{len(rest) / commits:.1f} for the commit and metadata); per partition commit "
-              f"{len(rest) / max(1, len(segments)):.1f}")
-        by_kind = Counter((r.method, r.path.rsplit(".", 1)[-1] if "." in r.path.rsplit("/", 1)[-1] else "list")
-                          for r in rest)
-        print("  commit requests by method and object kind:",
-              ", ".join(f"{m} {k}: {n}" for (m, k), n in sorted(by_kind.items())))
+        print(
+            f"  per commit: {len(reqs) / commits:.1f} requests ({len(staging) / commits:.1f} for staging, "
+            f"{len(rest) / commits:.1f} for the commit and metadata); per partition commit "
+            f"{len(rest) / max(1, len(segments)):.1f}"
+        )
+        by_kind = Counter(
+            (r.method, r.path.rsplit(".", 1)[-1] if "." in r.path.rsplit("/", 1)[-1] else "list") for r in rest
+        )
+        print(
+            "  commit requests by method and object kind:",
+            ", ".join(f"{m} {k}: {n}" for (m, k), n in sorted(by_kind.items())),
+        )
     finally:
         server.stop()
 
@@ -238,21 +267,37 @@ def main(argv=None) -> None:
     parser.add_argument("--source", choices=("rate", "files"), default="rate")
     parser.add_argument("--batches", type=int, default=4, help="micro-batches, with --source files")
     parser.add_argument("--runs", type=int, default=2, help="timed rounds (after one warm-up)")
-    parser.add_argument("--compressed", action="append", metavar="KAFKALOG:PARQUET",
-                        help="compressed pair(s) to compare (default zstd:snappy, parquet's default codec)")
+    parser.add_argument(
+        "--compressed",
+        action="append",
+        metavar="KAFKALOG:PARQUET",
+        help="compressed pair(s) to compare (default zstd:snappy, parquet's default codec)",
+    )
     parser.add_argument("--no-compressed", action="store_true", help="only the uncompressed pair")
-    parser.add_argument("--level", type=int, default=None,
-                        help="compression.<codec>.level of kafkalog's zstd or gzip runs (default: Kafka's)")
+    parser.add_argument(
+        "--level",
+        type=int,
+        default=None,
+        help="compression.<codec>.level of kafkalog's zstd or gzip runs (default: Kafka's)",
+    )
     parser.add_argument("--dir", default=None, help="scratch directory (default: a fresh temp dir)")
-    parser.add_argument("--s3", action="store_true", help="only the kafkalog sink, into moto's S3 server in this "
-                                                         "process: requests per commit instead of speed")
+    parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="only the kafkalog sink, into moto's S3 server in this process: requests per commit instead of speed",
+    )
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-sink-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafkalog-sink-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="kafkalog-sink-bench-", dir=args.dir)
     if args.s3:
@@ -274,9 +319,11 @@ def main(argv=None) -> None:
     try:
         bench = Bench(spark, args, work)
         batches = 1 if args.source == "rate" else args.batches
-        print(f"{args.rows:,} rows (16-byte key, 100-byte value, timestamp) from {args.source}: {batches} "
-              f"micro-batch(es) of {args.input_partitions} partitions; kafkalog topic of {args.topic_partitions} "
-              f"partitions; local[2] on {os.cpu_count()} cores; best of {args.runs} after a warm-up")
+        print(
+            f"{args.rows:,} rows (16-byte key, 100-byte value, timestamp) from {args.source}: {batches} "
+            f"micro-batch(es) of {args.input_partitions} partitions; kafkalog topic of {args.topic_partitions} "
+            f"partitions; local[2] on {os.cpu_count()} cores; best of {args.runs} after a warm-up"
+        )
         load0 = os.getloadavg()[0]
         for sink, codec in sinks:
             bench.run_once(sink, codec)

@@ -66,8 +66,10 @@ def floor_source():
             return "python_floor"
 
         def schema(self):
-            return ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                    "timestampType int")
+            return (
+                "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+                "timestampType int"
+            )
 
         def reader(self, schema):
             return Reader(self.options["path"])
@@ -80,13 +82,17 @@ def chunk(lo: int, hi: int) -> pa.Table:
     rng = np.random.default_rng(lo)
     keys = rng.integers(0, 256, (n, 16), dtype=np.uint8)
     values = rng.integers(97, 123, (n, 100), dtype=np.uint8)
-    return pa.table({
-        "key": pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 16 * n + 1, 16, np.int32)),
-                                                        pa.py_buffer(keys)]),
-        "value": pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.arange(0, 100 * n + 1, 100, np.int32)),
-                                                          pa.py_buffer(values)]),
-        "timestamp": pa.array(1_700_000_000_000 + np.arange(lo, hi, dtype=np.int64)),
-    })
+    return pa.table(
+        {
+            "key": pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(np.arange(0, 16 * n + 1, 16, np.int32)), pa.py_buffer(keys)]
+            ),
+            "value": pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(np.arange(0, 100 * n + 1, 100, np.int32)), pa.py_buffer(values)]
+            ),
+            "timestamp": pa.array(1_700_000_000_000 + np.arange(lo, hi, dtype=np.int64)),
+        }
+    )
 
 
 def write_inputs(root: str, pq_dir: str, rows: int) -> None:
@@ -100,13 +106,20 @@ def write_inputs(root: str, pq_dir: str, rows: int) -> None:
                 t = chunk(p * per + lo, p * per + min(per, lo + CHUNK))
                 info = log.append(build_records(t))
                 n = t.num_rows
-                pq.write_table(pa.table({
-                    "key": t["key"], "value": t["value"], "topic": pa.array(["bench"] * n),
-                    "partition": pa.array(np.full(n, p, np.int32)),
-                    "offset": pa.array(np.arange(info.first_offset, info.last_offset + 1, dtype=np.int64)),
-                    "timestamp": pa.array(t["timestamp"].to_numpy() * 1000).cast(pa.timestamp("us", tz="UTC")),
-                    "timestampType": pa.array(np.zeros(n, np.int32)),
-                }), os.path.join(pq_dir, f"part-{p}-{lo}.parquet"))
+                pq.write_table(
+                    pa.table(
+                        {
+                            "key": t["key"],
+                            "value": t["value"],
+                            "topic": pa.array(["bench"] * n),
+                            "partition": pa.array(np.full(n, p, np.int32)),
+                            "offset": pa.array(np.arange(info.first_offset, info.last_offset + 1, dtype=np.int64)),
+                            "timestamp": pa.array(t["timestamp"].to_numpy() * 1000).cast(pa.timestamp("us", tz="UTC")),
+                            "timestampType": pa.array(np.zeros(n, np.int32)),
+                        }
+                    ),
+                    os.path.join(pq_dir, f"part-{p}-{lo}.parquet"),
+                )
 
 
 def timed(fn, jvm_pid: int) -> tuple[float, float, float]:
@@ -134,33 +147,48 @@ def main_s3(rows: int) -> None:
     from s3_lookup import object_sizes, spark_fs_options, start_server, summary, whole_object_gets
 
     server, bucket = start_server()
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench-s3")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafkalog-source-bench-s3")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     try:
         url = f"s3://{bucket}/source"
         write_topic(LogManager(url, server.storage_options), rows)
         sizes = object_sizes(server, url)
         logs = [k for k in sizes if k.endswith(".log")]
-        print(f"{rows:,} records in {PARTITIONS} partitions on S3: {len(logs)} segment objects, "
-              f"{sum(sizes[k] for k in logs):,} bytes of .log")
+        print(
+            f"{rows:,} records in {PARTITIONS} partitions on S3: {len(logs)} segment objects, "
+            f"{sum(sizes[k] for k in logs):,} bytes of .log"
+        )
 
         def reader(**options):
-            return (spark.read.format("kafkalog").options(**spark_fs_options(server)).option("subscribe", "bench")
-                    .options(**options).load(url))
+            return (
+                spark.read.format("kafkalog")
+                .options(**spark_fs_options(server))
+                .option("subscribe", "bench")
+                .options(**options)
+                .load(url)
+            )
 
         ts = 1_700_000_000_000 + rows // 2 + rows // (2 * PARTITIONS)  # inside partition 2 (and before 3)
-        for name, options in (("whole topic", {}),
-                              ("startingTimestamp", {"startingTimestamp": str(ts),
-                                                     "startingOffsetsByTimestampStrategy": "latest"})):
+        for name, options in (
+            ("whole topic", {}),
+            ("startingTimestamp", {"startingTimestamp": str(ts), "startingOffsetsByTimestampStrategy": "latest"}),
+        ):
             mark = server.log.mark()
             n = reader(**options).count()
             reqs = server.log.since(mark)
             log_gets = [r for r in reqs if r.method == "GET" and r.path.endswith(".log")]
-            print(f"{name:18} {n:>10,} records: {summary(reqs)}; .log GETs {len(log_gets)} "
-                  f"({sum(r.body_bytes for r in log_gets):,} bytes), whole .log objects read: "
-                  f"{len(whole_object_gets(reqs, sizes))}")
+            print(
+                f"{name:18} {n:>10,} records: {summary(reqs)}; .log GETs {len(log_gets)} "
+                f"({sum(r.body_bytes for r in log_gets):,} bytes), whole .log objects read: "
+                f"{len(whole_object_gets(reqs, sizes))}"
+            )
     finally:
         spark.stop()
         server.stop()
@@ -173,17 +201,21 @@ def main():
         return
     rows = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-source-bench")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafkalog-source-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         root, pq_dir = os.path.join(tmp, "logs"), os.path.join(tmp, "parquet")
         write_inputs(root, pq_dir, rows)
         spark.dataSource.register(floor_source())
         kl = lambda: spark.read.format("kafkalog").option("subscribe", "bench").load(root)  # noqa: E731
-        narrow = lambda: spark.read.schema("value binary").format("kafkalog").option("subscribe", "bench") \
-            .load(root)  # noqa: E731
+        narrow = lambda: spark.read.schema("value binary").format("kafkalog").option("subscribe", "bench").load(root)  # noqa: E731
         pqf = lambda: spark.read.parquet(pq_dir)  # noqa: E731
         floor = lambda: spark.read.format("python_floor").load(pq_dir)  # noqa: E731
         assert kl().count() == pqf().count() == floor().count() == narrow().count() == rows
@@ -195,18 +227,25 @@ def main():
                 run = timed(lambda: df().write.format("noop").mode("overwrite").save(), jvm)
                 if rnd and (name not in best or run[0] < best[name][0]):
                     best[name] = run
-        log_bytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs
-                        if f.endswith(".log"))
+        log_bytes = sum(
+            os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs if f.endswith(".log")
+        )
         pq_bytes = sum(os.path.getsize(os.path.join(pq_dir, f)) for f in os.listdir(pq_dir))
-    print(f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}; "
-          f"{log_bytes / 1e6:.0f} MB of .log, {pq_bytes / 1e6:.0f} MB of parquet")
+    print(
+        f"{rows:,} records, {PARTITIONS} partitions, local[2], load {os.getloadavg()[0]:.1f}; "
+        f"{log_bytes / 1e6:.0f} MB of .log, {pq_bytes / 1e6:.0f} MB of parquet"
+    )
     for name, (t, cpu, oth) in best.items():
         print(f"{name:20} {rows / t:>12,.0f} rows/s  ({t:.2f} s, cpu {cpu:.2f} s, others {oth:.2f} s)")
     t_kl, t_pq, t_fl, t_nr = (best[n][0] for n in ("kafkalog", "parquet", "python floor", "kafkalog value-only"))
-    print(f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x rows/s; kafkalog/python floor: {t_fl / t_kl:.2f}x; "
-          f"python floor/parquet: {t_pq / t_fl:.2f}x (what any Python source can reach)")
-    print(f"narrow read: value-only {t_kl / t_nr:.2f}x the rows/s of the full read "
-          f"(cpu {best['kafkalog value-only'][1]:.2f} s vs {best['kafkalog'][1]:.2f} s)")
+    print(
+        f"ratio kafkalog/parquet: {t_pq / t_kl:.2f}x rows/s; kafkalog/python floor: {t_fl / t_kl:.2f}x; "
+        f"python floor/parquet: {t_pq / t_fl:.2f}x (what any Python source can reach)"
+    )
+    print(
+        f"narrow read: value-only {t_kl / t_nr:.2f}x the rows/s of the full read "
+        f"(cpu {best['kafkalog value-only'][1]:.2f} s vs {best['kafkalog'][1]:.2f} s)"
+    )
     spark.stop()
 
 

@@ -48,9 +48,13 @@ def build(root: str, segments: int, t0: int) -> int:
     with lm.open_log(TP, writable=True) as log:
         for lo in range(0, n, 50_000):
             hi = min(n, lo + 50_000)
-            table = pa.table({"key": pa.array([b"k%05d" % (i % 997) for i in range(lo, hi)]),
-                              "value": pa.array([b"x" * 100] * (hi - lo)),
-                              "timestamp": pa.array(range(t0 + lo * step, t0 + hi * step, step), pa.int64())})
+            table = pa.table(
+                {
+                    "key": pa.array([b"k%05d" % (i % 997) for i in range(lo, hi)]),
+                    "value": pa.array([b"x" * 100] * (hi - lo)),
+                    "timestamp": pa.array(range(t0 + lo * step, t0 + hi * step, step), pa.int64()),
+                }
+            )
             log.append(build_records(table, max_batch_bytes=16 * 1024))
         return len(log.segments)
 
@@ -76,8 +80,10 @@ def main():
                 offset, nbytes, reads, secs = lookup(root, t0 + record * 1000)
                 assert offset == record, (offset, record)
                 base.setdefault(name, nbytes)
-                print(f"{actual:>8} {name:>7} {offset:>10} {nbytes:>11,} {reads:>6} {secs * 1000:>7.1f}"
-                      f"   ({nbytes / base[name]:.2f}x the 10-segment bytes)")
+                print(
+                    f"{actual:>8} {name:>7} {offset:>10} {nbytes:>11,} {reads:>6} {secs * 1000:>7.1f}"
+                    f"   ({nbytes / base[name]:.2f}x the 10-segment bytes)"
+                )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,10 @@ os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 from latency import (  # noqa: E402
-    SINK_INPUT_SCHEMA, median_after_two, register_floors, write_inputs,
+    SINK_INPUT_SCHEMA,
+    median_after_two,
+    register_floors,
+    write_inputs,
 )
 from realkafka import jars  # noqa: E402
 from realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
@@ -83,11 +86,23 @@ for _module in ("latency", "sink", "source"):
 TOPIC = "bench"
 PARTITIONS = 2
 # kafka-server-start.sh / kafka-run-class.sh defaults (KAFKA_HEAP_OPTS, KAFKA_JVM_PERFORMANCE_OPTS)
-BROKER_JVM = ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-              "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"]
+BROKER_JVM = [
+    "-Xmx1G",
+    "-Xms1G",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
 # the harness's test settings put back to Kafka's defaults: background work as often as a user's broker does it
-BROKER_CONFIGS = {"log.cleaner.backoff.ms": "15000", "log.retention.check.interval.ms": "300000",
-                  "log.initial.task.delay.ms": "30000", "log.retention.ms": str(7 * 24 * 3600 * 1000)}
+BROKER_CONFIGS = {
+    "log.cleaner.backoff.ms": "15000",
+    "log.retention.check.interval.ms": "300000",
+    "log.initial.task.delay.ms": "30000",
+    "log.retention.ms": str(7 * 24 * 3600 * 1000),
+}
 NOW_MS = "CAST(java_method('java.lang.System', 'currentTimeMillis') AS BIGINT)"  # per row, when evaluated
 HANG_S = 600.0  # a guard against a hang only
 
@@ -162,8 +177,10 @@ class VsKafka:
         register_floors(spark, args.batches, args.rows_per_batch)  # floor_sink, floor_source; registers kafkalog
         spark.dataSource.register(floor_source())  # python_floor (a batch source over parquet files)
         self.kafka_options = {"kafka.bootstrap.servers": broker.bootstrap}
-        self.source_options = {**self.kafka_options, **dict(("kafka." + kv.partition("=")[0], kv.partition("=")[2])
-                                                            for kv in args.kafka_source_option)}
+        self.source_options = {
+            **self.kafka_options,
+            **dict(("kafka." + kv.partition("=")[0], kv.partition("=")[2]) for kv in args.kafka_source_option),
+        }
 
     # ---- helpers ----
     def path(self, what: str) -> str:
@@ -190,8 +207,13 @@ class VsKafka:
         wall = time.perf_counter() - t0
         b1, all1, busy1 = tree_cpu_seconds(bpid), tree_cpu_seconds(self.me), machine_busy_seconds()
         ours = all1 - all0  # the broker is this process's child: part of the tree
-        return out, {"wall": wall, "spark": ours - (b1 - b0), "broker": b1 - b0,
-                     "others": max(0.0, busy1 - busy0 - ours), "load": os.getloadavg()[0]}
+        return out, {
+            "wall": wall,
+            "spark": ours - (b1 - b0),
+            "broker": b1 - b0,
+            "others": max(0.0, busy1 - busy0 - ours),
+            "load": os.getloadavg()[0],
+        }
 
     def kafka_sink(self, w, topic: str, codec: str = "none"):
         w = w.format("kafka").options(**self.kafka_options).option("topic", topic)
@@ -231,8 +253,12 @@ class VsKafka:
             start = self.kafka_sink(w, topic, codec).start
         elif path == "kafkalog":
             root = target or out
-            w = (w.format("kafkalog").option("topic", TOPIC).option("partitions", PARTITIONS)
-                 .option("compression.type", codec))
+            w = (
+                w.format("kafkalog")
+                .option("topic", TOPIC)
+                .option("partitions", PARTITIONS)
+                .option("compression.type", codec)
+            )
             start = lambda: w.start(root)  # noqa: E731
         else:
             start = w.format("noop" if path == "noop" else "python_noop").start
@@ -253,8 +279,11 @@ class VsKafka:
     def sink_trigger(self, path: str) -> dict:
         a = self.args
         out = self.path(f"trigger-{path}")
-        df = (self.spark.readStream.schema(SINK_INPUT_SCHEMA).option("maxFilesPerTrigger", 2)
-              .parquet(os.path.join(self.lat, "sink_in")))
+        df = (
+            self.spark.readStream.schema(SINK_INPUT_SCHEMA)
+            .option("maxFilesPerTrigger", 2)
+            .parquet(os.path.join(self.lat, "sink_in"))
+        )
         w = df.writeStream.option("checkpointLocation", out + ".ckpt").trigger(availableNow=True)
         if path == "kafka":
             topic = self.fresh_topic()
@@ -276,8 +305,10 @@ class VsKafka:
         progress = [p for p in q.recentProgress if p["numInputRows"]]
         got = sum(p["numInputRows"] for p in progress)
         if got != a.batches * a.rows_per_batch or len(progress) != a.batches:
-            raise RuntimeError(f"{what}: {len(progress)} micro-batches of {got} rows in all, expected "
-                               f"{a.batches} of {a.rows_per_batch}")
+            raise RuntimeError(
+                f"{what}: {len(progress)} micro-batches of {got} rows in all, expected "
+                f"{a.batches} of {a.rows_per_batch}"
+            )
         return [p["durationMs"]["triggerExecution"] for p in progress]
 
     # ---- case 3: the source ----
@@ -296,8 +327,15 @@ class VsKafka:
         for f in os.listdir(self.src_pq):
             if not f.endswith(".parquet"):
                 os.remove(os.path.join(self.src_pq, f))
-        (self.spark.read.parquet(os.path.join(self.lat, "src_pq")).select("key", "value", "partition")
-         .write.format("kafka").options(**self.kafka_options).option("topic", "lat-src").mode("append").save())
+        (
+            self.spark.read.parquet(os.path.join(self.lat, "src_pq"))
+            .select("key", "value", "partition")
+            .write.format("kafka")
+            .options(**self.kafka_options)
+            .option("topic", "lat-src")
+            .mode("append")
+            .save()
+        )
         self.used["lat-src"] = self.args.batches * self.args.rows_per_batch
         for path in ("kafka", "kafkalog", "floor"):
             n = self.read_df(path).count()
@@ -321,11 +359,22 @@ class VsKafka:
         out = self.path(f"read-trigger-{path}")
         r = self.spark.readStream
         if path == "kafka":
-            df = (r.format("kafka").options(**self.source_options).option("subscribe", "lat-src")
-                  .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", a.rows_per_batch).load())
+            df = (
+                r.format("kafka")
+                .options(**self.source_options)
+                .option("subscribe", "lat-src")
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", a.rows_per_batch)
+                .load()
+            )
         elif path == "kafkalog":
-            df = (r.format("kafkalog").option("subscribe", TOPIC).option("startingOffsets", "earliest")
-                  .option("maxOffsetsPerTrigger", a.rows_per_batch).load(os.path.join(self.lat, "src_kl")))
+            df = (
+                r.format("kafkalog")
+                .option("subscribe", TOPIC)
+                .option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", a.rows_per_batch)
+                .load(os.path.join(self.lat, "src_kl"))
+            )
         else:
             df = r.format("floor_source").load()
         w = df.writeStream.format("noop").option("checkpointLocation", out + ".ckpt").trigger(availableNow=True)
@@ -344,17 +393,26 @@ class VsKafka:
         if path == "kafka":
             topic = self.fresh_topic()
             self.used[topic] = total
-            reader = (r.format("kafka").options(**self.source_options).option("subscribe", topic)
-                      .option("startingOffsets", "earliest").load())
+            reader = (
+                r.format("kafka")
+                .options(**self.source_options)
+                .option("subscribe", topic)
+                .option("startingOffsets", "earliest")
+                .load()
+            )
         else:
             LogManager(out).create_topic(TOPIC, PARTITIONS)
             reader = r.format("kafkalog").option("subscribe", TOPIC).option("startingOffsets", "earliest").load(out)
-        rows = (self.spark.readStream.schema(SINK_INPUT_SCHEMA).option("maxFilesPerTrigger", 2)
-                .parquet(os.path.join(self.e2e_dir, "sink_in"))
-                # 13 digits of ms, then the input value's last 87 characters: still 100 bytes
-                .selectExpr("key", f"concat(CAST({NOW_MS} AS STRING), substr(value, 14)) AS value"))
-        w = (rows.writeStream.option("checkpointLocation", out + ".wckpt")
-             .trigger(processingTime=f"{a.e2e_interval_ms} milliseconds"))
+        rows = (
+            self.spark.readStream.schema(SINK_INPUT_SCHEMA)
+            .option("maxFilesPerTrigger", 2)
+            .parquet(os.path.join(self.e2e_dir, "sink_in"))
+            # 13 digits of ms, then the input value's last 87 characters: still 100 bytes
+            .selectExpr("key", f"concat(CAST({NOW_MS} AS STRING), substr(value, 14)) AS value")
+        )
+        w = rows.writeStream.option("checkpointLocation", out + ".wckpt").trigger(
+            processingTime=f"{a.e2e_interval_ms} milliseconds"
+        )
         if path == "kafka":
             start_writer = self.kafka_sink(w, topic).start
         else:
@@ -362,13 +420,21 @@ class VsKafka:
             start_writer = lambda: w.start(out)  # noqa: E731
 
         def run():
-            rq = (reader.selectExpr("CAST(substr(CAST(value AS STRING), 1, 13) AS BIGINT) AS created",
-                                    f"{NOW_MS} AS arrived")
-                  .writeStream.format("memory").queryName(name).option("checkpointLocation", out + ".rckpt")
-                  .start())
+            rq = (
+                reader.selectExpr(
+                    "CAST(substr(CAST(value AS STRING), 1, 13) AS BIGINT) AS created", f"{NOW_MS} AS arrived"
+                )
+                .writeStream.format("memory")
+                .queryName(name)
+                .option("checkpointLocation", out + ".rckpt")
+                .start()
+            )
             try:
-                wait_for(lambda: rq.status["message"] == "Waiting for data to arrive", rq,
-                         f"e2e {path}: the reading query's first trigger")
+                wait_for(
+                    lambda: rq.status["message"] == "Waiting for data to arrive",
+                    rq,
+                    f"e2e {path}: the reading query's first trigger",
+                )
                 wq = start_writer()
                 queries.append(wq)
                 try:
@@ -379,11 +445,14 @@ class VsKafka:
             finally:
                 rq.stop()
                 queries.append(rq)
+
         queries: list = []
         _, m = self.timed(run)
         # the median triggerExecution of the writer's and the reader's micro-batches that carried rows
-        w_trig, r_trig = (statistics.median([p["durationMs"]["triggerExecution"] for p in q.recentProgress
-                                             if p["numInputRows"]]) for q in queries)
+        w_trig, r_trig = (
+            statistics.median([p["durationMs"]["triggerExecution"] for p in q.recentProgress if p["numInputRows"]])
+            for q in queries
+        )
         lat = [arr - cre for cre, arr in self.spark.table(name).collect()]
         self.spark.catalog.dropTempView(name)
         if len(lat) != total:
@@ -392,14 +461,20 @@ class VsKafka:
         shutil.rmtree(out, ignore_errors=True)
         for suffix in (".wckpt", ".rckpt"):
             shutil.rmtree(out + suffix, ignore_errors=True)
-        return {**m, "v": lat[len(lat) // 2], "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-                "w_trig": w_trig, "r_trig": r_trig}
+        return {
+            **m,
+            "v": lat[len(lat) // 2],
+            "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+            "w_trig": w_trig,
+            "r_trig": r_trig,
+        }
 
     def check_topics(self) -> None:
         """Each broker topic written holds what was written (one tool run, outside every timing)."""
         names = sorted(self.used)
-        offs = self.broker.tool(*({"op": "listOffsets", "topic": t, "partitions": list(range(PARTITIONS)),
-                                   "spec": "latest"} for t in names))
+        offs = self.broker.tool(
+            *({"op": "listOffsets", "topic": t, "partitions": list(range(PARTITIONS)), "spec": "latest"} for t in names)
+        )
         for t, o in zip(names, offs):
             held = sum(v["offset"] for v in o.values())
             if held != self.used[t]:
@@ -408,11 +483,15 @@ class VsKafka:
 
 # ---- the plan and the report ----
 CASES = {
-    "1": [("sink none", "sink", ("none",), ("kafka", "kafkalog", "noop", "python")),
-          ("sink zstd", "sink", ("zstd",), ("kafka", "kafkalog"))],
+    "1": [
+        ("sink none", "sink", ("none",), ("kafka", "kafkalog", "noop", "python")),
+        ("sink zstd", "sink", ("zstd",), ("kafka", "kafkalog")),
+    ],
     "2": [("sink trigger", "sink_trigger", (), ("kafka", "kafkalog", "floor"))],
-    "3": [("read", "read", (), ("kafka", "kafkalog", "floor")),
-          ("read trigger", "read_trigger", (), ("kafka", "kafkalog", "floor"))],
+    "3": [
+        ("read", "read", (), ("kafka", "kafkalog", "floor")),
+        ("read trigger", "read_trigger", (), ("kafka", "kafkalog", "floor")),
+    ],
     "4": [("e2e", "e2e", (), ("kafka", "kafkalog"))],
 }
 LABELS = {
@@ -422,7 +501,7 @@ LABELS = {
     "read": "3. batch read of the {rows:,} rows into noop: rows/s",
     "read trigger": "3. readStream, median trigger ({batches} x {per:,} records) into noop: ms",
     "e2e": "4. end to end, row created in the writer -> row read by the reader ({e2e:,} rows, a writer trigger "
-           "every {iv} ms): p50 ms",
+    "every {iv} ms): p50 ms",
 }
 PATHS = {
     "kafka": {"sink": "kafka sink -> broker", "read": "kafka source <- broker", "e2e": "kafka sink->broker->source"},
@@ -438,12 +517,20 @@ def side(group: str) -> str:
 
 
 def report(results: dict, args) -> None:
-    print(f"{'':34}{'best':>14}{'range of runs':>22}{'s':>7}{'spark cpu':>10}{'broker cpu':>11}{'others':>8}"
-          f"{'load':>6}")
+    print(
+        f"{'':34}{'best':>14}{'range of runs':>22}{'s':>7}{'spark cpu':>10}{'broker cpu':>11}{'others':>8}{'load':>6}"
+    )
     for group, runs_by_path in results.items():
         rate = group in ("sink none", "sink zstd", "read")
-        print(LABELS[group].format(rows=args.rows, batches=args.batches, per=args.rows_per_batch,
-                                   e2e=args.e2e_batches * args.e2e_rows_per_batch, iv=args.e2e_interval_ms))
+        print(
+            LABELS[group].format(
+                rows=args.rows,
+                batches=args.batches,
+                per=args.rows_per_batch,
+                e2e=args.e2e_batches * args.e2e_rows_per_batch,
+                iv=args.e2e_interval_ms,
+            )
+        )
         best = {}
         for path, runs in runs_by_path.items():
             b = (max if rate else min)(runs, key=lambda r: r["v"])
@@ -455,8 +542,10 @@ def report(results: dict, args) -> None:
                 fig, rng = f"{b['v']:.0f} (p99 {b['p99']:.0f})", f"p50 {min(vals):.0f}-{max(vals):.0f}"
             else:
                 fig, rng = f"{b['v']:.0f}", f"{min(vals):.0f}-{max(vals):.0f}"
-            print(f"  {PATHS[path][side(group)]:32}{fig:>14}{rng:>22}{b['wall']:7.2f}{b['spark']:10.2f}"
-                  f"{b['broker']:11.2f}{b['others']:8.2f}{b['load']:6.1f}")
+            print(
+                f"  {PATHS[path][side(group)]:32}{fig:>14}{rng:>22}{b['wall']:7.2f}{b['spark']:10.2f}"
+                f"{b['broker']:11.2f}{b['others']:8.2f}{b['load']:6.1f}"
+            )
         if "kafka" not in best or "kafkalog" not in best:
             continue
         k, kl = best["kafka"], best["kafkalog"]
@@ -464,25 +553,36 @@ def report(results: dict, args) -> None:
         line = f"  kafkalog / kafka: {kl['v'] / k['v']:.2f}x the {unit}"
         floor = next((p for p in ("python", "floor") if p in best), None)
         if floor:
-            line += f" (python floor / kafka: {best[floor]['v'] / k['v']:.2f}x; kafkalog / floor " \
-                    f"{kl['v'] / best[floor]['v']:.2f}x)"
+            line += (
+                f" (python floor / kafka: {best[floor]['v'] / k['v']:.2f}x; kafkalog / floor "
+                f"{kl['v'] / best[floor]['v']:.2f}x)"
+            )
         if "noop" in best:
             line += f"; kafka / noop: {k['v'] / best['noop']['v']:.2f}x"
         if group == "e2e":
-            line += (f"; p99 kafkalog / kafka: {kl['p99'] / k['p99']:.2f}x; median writer / reader trigger: kafka "
-                     f"{k['w_trig']:.0f} / {k['r_trig']:.0f} ms, kafkalog {kl['w_trig']:.0f} / {kl['r_trig']:.0f} ms")
-        line += (f"; cpu s kafka {k['spark']:.2f} + broker {k['broker']:.2f} = {k['spark'] + k['broker']:.2f}, "
-                 f"kafkalog {kl['spark'] + kl['broker']:.2f}")
+            line += (
+                f"; p99 kafkalog / kafka: {kl['p99'] / k['p99']:.2f}x; median writer / reader trigger: kafka "
+                f"{k['w_trig']:.0f} / {k['r_trig']:.0f} ms, kafkalog {kl['w_trig']:.0f} / {kl['r_trig']:.0f} ms"
+            )
+        line += (
+            f"; cpu s kafka {k['spark']:.2f} + broker {k['broker']:.2f} = {k['spark'] + k['broker']:.2f}, "
+            f"kafkalog {kl['spark'] + kl['broker']:.2f}"
+        )
         print(line)
 
 
 def session():
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-vs-kafka")
-             .config("spark.jars", ",".join(jars.connector_jars()))
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafkalog-vs-kafka")
+        .config("spark.jars", ",".join(jars.connector_jars()))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -498,14 +598,30 @@ def main(argv=None) -> None:
     parser.add_argument("--e2e-interval-ms", type=int, default=500, help="case 4's writer trigger interval")
     parser.add_argument("--quick", action="store_true", help="small sizes and one round: a smoke run")
     parser.add_argument("--cases", default="1,2,3,4", help="which cases, e.g. 1,4")
-    parser.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="kafka.KEY=VALUE on the connector's sink (a producer setting)")
-    parser.add_argument("--kafka-source-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="kafka.KEY=VALUE on the connector's readers (a consumer setting)")
+    parser.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="kafka.KEY=VALUE on the connector's sink (a producer setting)",
+    )
+    parser.add_argument(
+        "--kafka-source-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="kafka.KEY=VALUE on the connector's readers (a consumer setting)",
+    )
     parser.add_argument("--dir", default=None, help="scratch directory (default: a fresh temp dir)")
     args = parser.parse_args(argv)
-    sizes = {"rows": (4_000_000, 200_000), "rounds": (2, 1), "batches": (16, 6), "rows_per_batch": (2000, 2000),
-             "e2e_batches": (20, 5), "e2e_rows_per_batch": (1000, 500)}
+    sizes = {
+        "rows": (4_000_000, 200_000),
+        "rounds": (2, 1),
+        "batches": (16, 6),
+        "rows_per_batch": (2000, 2000),
+        "e2e_batches": (20, 5),
+        "e2e_rows_per_batch": (1000, 500),
+    }
     for key, (full, quick) in sizes.items():
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else full)
@@ -529,25 +645,30 @@ def main(argv=None) -> None:
         broker.start()
         spark = session()
         bench = VsKafka(spark, broker, args, work)
-        fresh_per_round = sum(1 for _, fn, _, paths in groups
-                              if "kafka" in paths and fn in ("sink", "sink_trigger", "e2e"))
-        bench.create_topics((["src", "lat-src"] if "3" in cases else [])
-                            + [f"run-{i}" for i in range(fresh_per_round * (args.rounds + 1))])
+        fresh_per_round = sum(
+            1 for _, fn, _, paths in groups if "kafka" in paths and fn in ("sink", "sink_trigger", "e2e")
+        )
+        bench.create_topics(
+            (["src", "lat-src"] if "3" in cases else [])
+            + [f"run-{i}" for i in range(fresh_per_round * (args.rounds + 1))]
+        )
         import pyspark
 
-        print(f"kafkalog vs Spark's Kafka connector (spark-sql-kafka-0-10 {jars.connector_version(pyspark.__version__)}"
-              f" on pyspark {pyspark.__version__}) and a local Kafka 4.4.0 broker (KRaft, one node, default "
-              f"flush: no fsync per write); {PARTITIONS} partitions per topic; local[2] on {os.cpu_count()} cores; "
-              f"best of {args.rounds} round(s) after a warm-up; load average {load0[0]:.1f} / {load0[1]:.1f} / "
-              f"{load0[2]:.1f} at the start"
-              + (f"; connector sink options: {args.kafka_option}" if args.kafka_option else "")
-              + (f"; connector source options: {args.kafka_source_option}" if args.kafka_source_option else ""))
+        print(
+            f"kafkalog vs Spark's Kafka connector (spark-sql-kafka-0-10 {jars.connector_version(pyspark.__version__)}"
+            f" on pyspark {pyspark.__version__}) and a local Kafka 4.4.0 broker (KRaft, one node, default "
+            f"flush: no fsync per write); {PARTITIONS} partitions per topic; local[2] on {os.cpu_count()} cores; "
+            f"best of {args.rounds} round(s) after a warm-up; load average {load0[0]:.1f} / {load0[1]:.1f} / "
+            f"{load0[2]:.1f} at the start"
+            + (f"; connector sink options: {args.kafka_option}" if args.kafka_option else "")
+            + (f"; connector source options: {args.kafka_source_option}" if args.kafka_source_option else "")
+        )
         if "3" in cases:
             bench.write_sources()
         results: dict = {g: {p: [] for p in paths} for g, _, _, paths in groups}
         for rnd in range(args.rounds + 1):  # round 0 warms up: JIT, Python workers, numba's cache, the broker
             for group, fn, extra, paths in groups:
-                for path in (paths if rnd % 2 == 0 else paths[::-1]):
+                for path in paths if rnd % 2 == 0 else paths[::-1]:
                     run = getattr(bench, fn)(path, *extra)
                     if rnd:
                         results[group][path].append(run)
@@ -556,9 +677,11 @@ def main(argv=None) -> None:
         load1 = os.getloadavg()
         wall = time.perf_counter() - t_start
         others = machine_busy_seconds() - busy0 - (tree_cpu_seconds(os.getpid()) - ours0)
-        print(f"load average {load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; whole run {wall:.0f} s, "
-              f"in which other processes took about {max(0.0, others):.0f} CPU s ({max(0.0, others) / wall:.2f} "
-              f"of {os.cpu_count()} cores)")
+        print(
+            f"load average {load1[0]:.1f} / {load1[1]:.1f} / {load1[2]:.1f} at the end; whole run {wall:.0f} s, "
+            f"in which other processes took about {max(0.0, others):.0f} CPU s ({max(0.0, others) / wall:.2f} "
+            f"of {os.cpu_count()} cores)"
+        )
     finally:
         try:
             if spark is not None:

@@ -36,26 +36,34 @@ if len(sys.argv) <= 1:
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"compacted_changelog: error: {root} is not empty; give a new directory")
 
-spark = (SparkSession.builder.master("local[2]").appName("kafkalog-compacted-changelog")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark = (
+    SparkSession.builder.master("local[2]")
+    .appName("kafkalog-compacted-changelog")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.sql.session.timeZone", "UTC")
+    .getOrCreate()
+)
 spark.sparkContext.setLogLevel("ERROR")
 
-topic_config = {                      # applied when the sink creates the topic
+topic_config = {  # applied when the sink creates the topic
     "cleanup.policy": "compact",
-    "segment.bytes": "8192",          # small segments so there is something to clean
+    "segment.bytes": "8192",  # small segments so there is something to clean
     "min.cleanable.dirty.ratio": "0.1",
-    "delete.retention.ms": "0",       # a tombstone may go on the cleaning after the one that marks it
+    "delete.retention.ms": "0",  # a tombstone may go on the cleaning after the one that marks it
 }
-model = {}                            # what the changelog describes: customer -> address, deletes removed
+model = {}  # what the changelog describes: customer -> address, deletes removed
 written = 0
 
 
 def upsert(ids, version):
     global written
-    df = spark.createDataFrame([(f"customer-{i}", f"address v{version} of {i}") for i in ids], "key string, value string")
-    df.write.format("kafkalog").mode("append").options(**topic_config) \
-        .option("topic", "customers").option("partitions", "2").save(root)
+    df = spark.createDataFrame(
+        [(f"customer-{i}", f"address v{version} of {i}") for i in ids], "key string, value string"
+    )
+    df.write.format("kafkalog").mode("append").options(**topic_config).option("topic", "customers").option(
+        "partitions", "2"
+    ).save(root)
     model.update({f"customer-{i}": f"address v{version} of {i}" for i in ids})
     written += len(ids)
 
@@ -76,8 +84,12 @@ def read_all():
 def latest_per_key(df):
     """The table a changelog describes: the latest record per key, tombstones dropped."""
     latest = Window.partitionBy("key").orderBy(F.col("offset").desc())
-    return dict(df.withColumn("n", F.row_number().over(latest)).where("n = 1 AND value IS NOT NULL")
-                .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value").collect())
+    return dict(
+        df.withColumn("n", F.row_number().over(latest))
+        .where("n = 1 AND value IS NOT NULL")
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+        .collect()
+    )
 
 
 def tombstones():
@@ -101,27 +113,33 @@ def check(ok, what):
         failures.append(what)
 
 
-for version in range(3):                      # three upserts of every customer
+for version in range(3):  # three upserts of every customer
     upsert(range(1000), version)
-delete(range(0, 1000, 10))                    # customers 0, 10, 20, ... leave: 100 tombstones
-upsert(range(1000, 2000), 0)                  # new customers: the tombstones' segments roll
+delete(range(0, 1000, 10))  # customers 0, 10, 20, ... leave: 100 tombstones
+upsert(range(1000, 2000), 0)  # new customers: the tombstones' segments roll
 
 before = read_all().count()
 check(before == written and tombstones() == 100, f"before compaction: {before} records, 100 tombstones")
 check(latest_per_key(read_all()) == model, f"latest per key = the model's {len(model)} live customers")
 
-dropped_first = maintain("1")                 # compacts; tombstones kept and marked with their horizon
+dropped_first = maintain("1")  # compacts; tombstones kept and marked with their horizon
 after_first = read_all().count()
-check(dropped_first == 0 and tombstones() == 100,
-      f"after the first pass: {after_first} records, the 100 tombstones kept (marked)")
+check(
+    dropped_first == 0 and tombstones() == 100,
+    f"after the first pass: {after_first} records, the 100 tombstones kept (marked)",
+)
 check(latest_per_key(read_all()) == model, "latest per key unchanged")
 
-upsert(range(2000, 3000), 0)                  # the changelog goes on: the log is dirty again
-dropped_second = maintain("2")                # past the horizon: the tombstones go
+upsert(range(2000, 3000), 0)  # the changelog goes on: the log is dirty again
+dropped_second = maintain("2")  # past the horizon: the tombstones go
 after_second = read_all().count()
-check(dropped_second == 100 and tombstones() == 0,
-      f"after the second pass: {after_second} records, {dropped_second} tombstones dropped, none left")
-check(latest_per_key(read_all()) == model and after_second < written,
-      f"latest per key unchanged: {len(model)} live customers from {after_second} of {written} records written")
+check(
+    dropped_second == 100 and tombstones() == 0,
+    f"after the second pass: {after_second} records, {dropped_second} tombstones dropped, none left",
+)
+check(
+    latest_per_key(read_all()) == model and after_second < written,
+    f"latest per key unchanged: {len(model)} live customers from {after_second} of {written} records written",
+)
 spark.stop()
 sys.exit(1 if failures else 0)

@@ -17,26 +17,48 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "follow-logs")
 seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-spark = (SparkSession.builder.master("local[2]").appName("kafkalog-follow")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+spark = (
+    SparkSession.builder.master("local[2]")
+    .appName("kafkalog-follow")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .getOrCreate()
+)
 spark.sparkContext.setLogLevel("ERROR")
 
-writer = (spark.readStream.format("rate").option("rowsPerSecond", 200).load()
-          .selectExpr("CONCAT('page-', CAST(value % 5 AS STRING)) AS key", "CAST(value AS STRING) AS value")
-          .writeStream.format("kafkalog").option("topic", "clicks").option("partitions", "2")
-          .option("checkpointLocation", root + "-writer-ckpt").trigger(processingTime="1 second").start(root))
+writer = (
+    spark.readStream.format("rate")
+    .option("rowsPerSecond", 200)
+    .load()
+    .selectExpr("CONCAT('page-', CAST(value % 5 AS STRING)) AS key", "CAST(value AS STRING) AS value")
+    .writeStream.format("kafkalog")
+    .option("topic", "clicks")
+    .option("partitions", "2")
+    .option("checkpointLocation", root + "-writer-ckpt")
+    .trigger(processingTime="1 second")
+    .start(root)
+)
 while not any(p["numInputRows"] for p in writer.recentProgress):  # the first micro-batch is committed
     time.sleep(0.5)
 
-counts = (spark.readStream.format("kafkalog")
-          .option("subscribe", "clicks")
-          .option("startingOffsets", "earliest")
-          .option("maxOffsetsPerTrigger", "500")                      # split across partitions by lag
-          .load(root)
-          .selectExpr("CAST(key AS STRING) AS page")
-          .groupBy("page").count())
-reader = (counts.writeStream.outputMode("complete").format("memory").queryName("clicks_per_page")
-          .option("checkpointLocation", root + "-reader-ckpt").trigger(processingTime="2 seconds").start())
+counts = (
+    spark.readStream.format("kafkalog")
+    .option("subscribe", "clicks")
+    .option("startingOffsets", "earliest")
+    .option("maxOffsetsPerTrigger", "500")  # split across partitions by lag
+    .load(root)
+    .selectExpr("CAST(key AS STRING) AS page")
+    .groupBy("page")
+    .count()
+)
+reader = (
+    counts.writeStream.outputMode("complete")
+    .format("memory")
+    .queryName("clicks_per_page")
+    .option("checkpointLocation", root + "-reader-ckpt")
+    .trigger(processingTime="2 seconds")
+    .start()
+)
 
 time.sleep(seconds)
 writer.stop()

@@ -56,32 +56,46 @@ def committed() -> int:
 conf_dir = tempfile.mkdtemp(prefix="kafkalog-demo-conf-")
 atexit.register(shutil.rmtree, conf_dir, True)  # a temporary directory: gone when the demo ends
 with open(os.path.join(conf_dir, "log4j2.properties"), "w") as f:
-    f.write("rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
-            "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer\nlogger.repl.level = error\n"
-            "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
-            "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %p %c{1}: %m%n\n")
+    f.write(
+        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+        "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer\nlogger.repl.level = error\n"
+        "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n"
+        "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %p %c{1}: %m%n\n"
+    )
 os.environ.setdefault("SPARK_CONF_DIR", conf_dir)
-spark = (SparkSession.builder.master("local[2]").appName("kafkalog-demo")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .getOrCreate())
+spark = (
+    SparkSession.builder.master("local[2]")
+    .appName("kafkalog-demo")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .getOrCreate()
+)
 spark.sparkContext.setLogLevel("ERROR")
 
-events = (spark.readStream.format("rate").option("rowsPerSecond", 1000).load()
-          .selectExpr("CONCAT('user-', CAST(value % 50 AS STRING)) AS key",   # Kafka's partitioner on the key
-                      "TO_JSON(NAMED_STRUCT('n', value, 'at', timestamp)) AS value",
-                      "timestamp",                                            # becomes the record's CreateTime
-                      "ARRAY(NAMED_STRUCT('key', 'source', 'value', CAST('rate' AS BINARY))) AS headers"))
+events = (
+    spark.readStream.format("rate")
+    .option("rowsPerSecond", 1000)
+    .load()
+    .selectExpr(
+        "CONCAT('user-', CAST(value % 50 AS STRING)) AS key",  # Kafka's partitioner on the key
+        "TO_JSON(NAMED_STRUCT('n', value, 'at', timestamp)) AS value",
+        "timestamp",  # becomes the record's CreateTime
+        "ARRAY(NAMED_STRUCT('key', 'source', 'value', CAST('rate' AS BINARY))) AS headers",
+    )
+)
 
 before = committed()
-query = (events.writeStream.format("kafkalog")                # found with no register() call
-         .option("topic", "events")
-         .option("partitions", "3")                           # used when the sink creates the topic
-         .option("compression.type", "zstd")
-         .option("segment.bytes", "262144")                   # any Kafka topic config, for a new topic
-         .option("checkpointLocation", checkpoint)            # also makes the writer id: exactly-once
-         .trigger(processingTime="1 second")
-         .start(root))
+query = (
+    events.writeStream.format("kafkalog")  # found with no register() call
+    .option("topic", "events")
+    .option("partitions", "3")  # used when the sink creates the topic
+    .option("compression.type", "zstd")
+    .option("segment.bytes", "262144")  # any Kafka topic config, for a new topic
+    .option("checkpointLocation", checkpoint)  # also makes the writer id: exactly-once
+    .trigger(processingTime="1 second")
+    .start(root)
+)
 
 deadline = time.monotonic() + timeout_s
 while query.isActive and committed() - before < target and time.monotonic() < deadline:
@@ -98,13 +112,14 @@ written = committed() - before
 if error is not None:
     fail(f"the query failed: {' '.join(str(error).split())[:500]}")
 if written == 0:
-    fail(f"the query committed no records to {root} in {timeout_s:.0f} s (a very busy machine? set "
-         f"KAFKALOG_DEMO_TIMEOUT_S)")
+    fail(
+        f"the query committed no records to {root} in {timeout_s:.0f} s (a very busy machine? set "
+        f"KAFKALOG_DEMO_TIMEOUT_S)"
+    )
 print(f"committed {written} records in {batches} micro-batches into {root}")
 
 subprocess.run(kafkalog + ["describe", root], check=True)
-subprocess.run(kafkalog + ["consume", root, "--topic", "events", "--partition", "0", "--max-messages", "3"],
-               check=True)
+subprocess.run(kafkalog + ["consume", root, "--topic", "events", "--partition", "0", "--max-messages", "3"], check=True)
 
 # an independent Kafka client reads the same files
 from kafka.record import MemoryRecords  # noqa: E402

@@ -19,26 +19,41 @@ if len(sys.argv) <= 1:
     shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"time_travel: error: {root} is not empty; give a new directory")
-spark = (SparkSession.builder.master("local[2]").appName("kafkalog-time-travel")
-         .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark = (
+    SparkSession.builder.master("local[2]")
+    .appName("kafkalog-time-travel")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.session.timeZone", "UTC")
+    .getOrCreate()
+)
 spark.sparkContext.setLogLevel("ERROR")
 
 day = 1_700_006_400_000  # 2023-11-15T00:00:00Z
 readings = spark.range(0, 24 * 60).selectExpr(
     "CONCAT('sensor-', CAST(id % 4 AS STRING)) AS key",
     "CAST(20 + id % 7 AS STRING) AS value",
-    f"TIMESTAMP_MILLIS({day} + id * 60000) AS timestamp")            # one reading a minute
-(readings.write.format("kafkalog").mode("append")
- .option("topic", "readings").option("partitions", "2").option("segment.bytes", "16384").save(root))
+    f"TIMESTAMP_MILLIS({day} + id * 60000) AS timestamp",
+)  # one reading a minute
+(
+    readings.write.format("kafkalog")
+    .mode("append")
+    .option("topic", "readings")
+    .option("partitions", "2")
+    .option("segment.bytes", "16384")
+    .save(root)
+)
 
 start, end = day + 6 * 3_600_000, day + 9 * 3_600_000
-window = (spark.read.format("kafkalog")
-          .option("subscribe", "readings")
-          .option("startingTimestamp", str(start))                   # earliest offset with timestamp >= start
-          .option("endingTimestamp", str(end))                       # up to (not including) the first >= end
-          .load(root))
-window.selectExpr("CAST(key AS STRING) AS sensor", "timestamp").groupBy("sensor") \
-    .agg({"timestamp": "min", "*": "count"}).orderBy("sensor").show(truncate=False)
+window = (
+    spark.read.format("kafkalog")
+    .option("subscribe", "readings")
+    .option("startingTimestamp", str(start))  # earliest offset with timestamp >= start
+    .option("endingTimestamp", str(end))  # up to (not including) the first >= end
+    .load(root)
+)
+window.selectExpr("CAST(key AS STRING) AS sensor", "timestamp").groupBy("sensor").agg(
+    {"timestamp": "min", "*": "count"}
+).orderBy("sensor").show(truncate=False)
 count = window.count()
 print(f"{count} readings between 06:00 and 09:00 (expected 180)")
 spark.stop()

@@ -49,21 +49,38 @@ from typing import TextIO
 import numpy as np
 
 from storage.checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
-    format_checkpoint, parse_checkpoint,
+    CLEANER_OFFSET_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    format_checkpoint,
+    parse_checkpoint,
 )
 from storage.errors import CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
 from storage.objects.immutable_segment import IndexBuilder
 from storage.records.decoder import iter_decoded
 from storage.records.record_batch import (
-    CONTROL_FLAG_MASK, CRC_OFFSET, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, PARTITION_LEADER_EPOCH_OFFSET,
-    TRANSACTIONAL_FLAG_MASK, as_uint8, compute_crc, validate_batches,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
+    as_uint8,
+    compute_crc,
+    validate_batches,
 )
 from storage.file_records import head
 from storage.topic_partition import (
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name,
-    parse_log_dir_name, partition_dir_name, segment_file_name,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TopicPartition,
+    deleted_dir_name,
+    parse_log_dir_name,
+    partition_dir_name,
+    segment_file_name,
 )
 
 from .produce import sigint_deferred
@@ -90,12 +107,16 @@ class ExportError(KafkaStorageError):
 def check_topic_id(text: str) -> str:
     """A Kafka topic id as kafka-topics.sh --describe prints it: 22 characters of base64url (16 bytes)."""
     if not _TOPIC_ID_RE.fullmatch(text):
-        raise ExportError(f"--topic-id {text!r} is not a Kafka topic id: expected the 22-character TopicId that "
-                          f"kafka-topics.sh --describe prints (base64url of 16 bytes), e.g. 'kq3WGgVRSgSDwBQJuv0r5w'")
+        raise ExportError(
+            f"--topic-id {text!r} is not a Kafka topic id: expected the 22-character TopicId that "
+            f"kafka-topics.sh --describe prints (base64url of 16 bytes), e.g. 'kq3WGgVRSgSDwBQJuv0r5w'"
+        )
     raw = base64.urlsafe_b64decode(text + "==")
     if base64.urlsafe_b64encode(raw).decode().rstrip("=") != text:
-        raise ExportError(f"--topic-id {text!r} is not a Kafka topic id: its last character is not one Kafka "
-                          f"prints (the id does not encode 16 bytes exactly)")
+        raise ExportError(
+            f"--topic-id {text!r} is not a Kafka topic id: its last character is not one Kafka "
+            f"prints (the id does not encode 16 bytes exactly)"
+        )
     if raw in _RESERVED_TOPIC_IDS:
         raise ExportError(f"--topic-id {text!r} is {_RESERVED_TOPIC_IDS[raw]}, not a topic's")
     return text
@@ -111,8 +132,9 @@ def read_partition_metadata(path: str) -> str | None:
     lines = text.splitlines()
     fields = [re.split(r":\s+", line, maxsplit=1) for line in lines[:2]]
     if len(fields) != 2 or fields[0] != ["version", "0"] or fields[1][0] != "topic_id" or len(fields[1]) != 2:
-        raise ExportError(f"{path} is not a partition.metadata file Kafka writes (version: 0, topic_id: <id>): "
-                          f"{text[:100]!r}")
+        raise ExportError(
+            f"{path} is not a partition.metadata file Kafka writes (version: 0, topic_id: <id>): {text[:100]!r}"
+        )
     return fields[1][1].strip()
 
 
@@ -130,7 +152,7 @@ def _write_new(path: str, data: bytes | memoryview) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -234,13 +256,15 @@ def _clear_invalid_producer_fields(buf: bytearray, scan) -> int:
     back to "no producer" (-1), as a non-idempotent producer writes them, and the CRC is computed again (after
     the stored one was checked). Returns how many batches changed."""
     h = scan.headers
-    bad = np.flatnonzero((h["producer_id"].astype(np.int64) >= 0)
-                         & ((h["base_sequence"].astype(np.int64) < 0) | (h["producer_epoch"].astype(np.int64) < 0))
-                         & ((h["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) == 0))
+    bad = np.flatnonzero(
+        (h["producer_id"].astype(np.int64) >= 0)
+        & ((h["base_sequence"].astype(np.int64) < 0) | (h["producer_epoch"].astype(np.int64) < 0))
+        & ((h["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) == 0)
+    )
     for i in bad.tolist():
         p = int(scan.positions[i])
         struct.pack_into(">qhi", buf, p + PRODUCER_ID_OFFSET, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
-        struct.pack_into(">I", buf, p + CRC_OFFSET, compute_crc(memoryview(buf)[p:p + int(scan.sizes[i])]))
+        struct.pack_into(">I", buf, p + CRC_OFFSET, compute_crc(memoryview(buf)[p : p + int(scan.sizes[i])]))
     return int(bad.size)
 
 
@@ -260,8 +284,13 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Writ
                     break
                 chunk = head(chunk, keep)
             scan = chunk.scan
-            validate_batches(chunk.buf, scan, source=chunk.source, base_position=chunk.base_position,
-                             expected_first_offset=None if prev_last is None else prev_last + 1)
+            validate_batches(
+                chunk.buf,
+                scan,
+                source=chunk.source,
+                base_position=chunk.base_position,
+                expected_first_offset=None if prev_last is None else prev_last + 1,
+            )
             attrs = scan.headers["attributes"].astype(np.int64)
             txn = np.flatnonzero(attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK))
             if txn.size:
@@ -269,22 +298,34 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Writ
                 raise ExportError(
                     f"{chunk.source} holds a transactional or control batch at offset {int(base[i])} (position "
                     f"{chunk.base_position + int(scan.positions[i])}): handing transactions to a broker needs their "
-                    f".txnindex and producer snapshots, which export-to-broker does not write")
-            for _ in iter_decoded(chunk.buf, scan=scan, source=chunk.source, base_position=chunk.base_position,
-                                  max_message_bytes=log.max_batch_size, verify_crc=False, skip_control=False):
+                    f".txnindex and producer snapshots, which export-to-broker does not write"
+                )
+            for _ in iter_decoded(
+                chunk.buf,
+                scan=scan,
+                source=chunk.source,
+                base_position=chunk.base_position,
+                max_message_bytes=log.max_batch_size,
+                verify_crc=False,
+                skip_control=False,
+            ):
                 pass  # every record's framing, as a consumer will decode it
             if chunk.base_position != w.bytes:
-                raise CorruptRecordError(f"batches not contiguous: expected position {w.bytes}",
-                                         source=chunk.source, position=chunk.base_position)
+                raise CorruptRecordError(
+                    f"batches not contiguous: expected position {w.bytes}",
+                    source=chunk.source,
+                    position=chunk.base_position,
+                )
             buf = bytearray(memoryview(chunk.buf)[: scan.end])
             w.epochs_reset += int(np.count_nonzero(scan.headers["partition_leader_epoch"] != 0))
-            at = scan.positions.astype(np.int64)[:, None] + np.arange(PARTITION_LEADER_EPOCH_OFFSET,
-                                                                       PARTITION_LEADER_EPOCH_OFFSET + 4)
+            at = scan.positions.astype(np.int64)[:, None] + np.arange(
+                PARTITION_LEADER_EPOCH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET + 4
+            )
             as_uint8(buf)[at.reshape(-1)] = 0
             w.producers_cleared += _clear_invalid_producer_fields(buf, scan)
             view = memoryview(buf)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             counts = scan.headers["record_count"].astype(np.int64)
             # a batch with no records (kept by compaction) has a maxTimestamp but no record with it: it does not
             # count for the time index, or Kafka's ListOffsets would stop in this segment and find nothing
@@ -319,8 +360,11 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
         part.log_start = log.log_start_offset
         part.log_end = log.log_end_offset  # raises when the log's tail is damaged
         segs = log.segments
-        kept = [(s, segs[i + 1].base_offset if i + 1 < len(segs) else None) for i, s in enumerate(segs)
-                if i + 1 == len(segs) or segs[i + 1].base_offset > part.log_start]
+        kept = [
+            (s, segs[i + 1].base_offset if i + 1 < len(segs) else None)
+            for i, s in enumerate(segs)
+            if i + 1 == len(segs) or segs[i + 1].base_offset > part.log_start
+        ]
         part.skipped_segments = len(segs) - len(kept)
         first = None
         for seg, upper in kept:
@@ -370,21 +414,29 @@ class _Target:
                 f"{self.path} has no {CLEAN_SHUTDOWN_FILE}: the broker did not shut down cleanly (or never ran), so "
                 f"at its next start it would recover (re-read and re-index) every segment of this log dir. Start it "
                 f"and stop it cleanly (kafka-server-stop.sh, or SIGTERM), then run this again; or pass "
-                f"--allow-unclean-shutdown to accept that recovery")
+                f"--allow-unclean-shutdown to accept that recovery"
+            )
 
     def _check_staging(self) -> None:
         if not os.path.exists(self.path):
             return
         if not os.path.isdir(self.path):
             raise ExportError(f"--to {self.path} is a file, not a directory")
-        others = [n for n in os.listdir(self.path)
-                  if not (n.endswith(DELETE_RECORDS_SUFFIX) or (parse_log_dir_name(n) is not None
-                                                               and os.path.isdir(os.path.join(self.path, n))))]
+        others = [
+            n
+            for n in os.listdir(self.path)
+            if not (
+                n.endswith(DELETE_RECORDS_SUFFIX)
+                or (parse_log_dir_name(n) is not None and os.path.isdir(os.path.join(self.path, n)))
+            )
+        ]
         if others:
             shown = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
-            raise ExportError(f"--to {self.path} is neither a Kafka broker's log dir (it has no {META_PROPERTIES}) "
-                              f"nor a staging directory (missing, empty, or holding only partition directories): "
-                              f"it holds {shown}")
+            raise ExportError(
+                f"--to {self.path} is neither a Kafka broker's log dir (it has no {META_PROPERTIES}) "
+                f"nor a staging directory (missing, empty, or holding only partition directories): "
+                f"it holds {shown}"
+            )
 
     def _lock(self) -> None:
         """Kafka's FileLock on <log.dir>/.lock is a POSIX record lock (FileChannel.tryLock is fcntl on Linux)."""
@@ -395,8 +447,10 @@ class _Target:
         except OSError as e:
             os.close(fd)
             if e.errno in (errno.EAGAIN, errno.EACCES):
-                raise ExportError(f"{path} is locked by another process: a Kafka broker is running on the log dir "
-                                  f"{self.path}; stop it cleanly first (kafka-server-stop.sh)") from None
+                raise ExportError(
+                    f"{path} is locked by another process: a Kafka broker is running on the log dir "
+                    f"{self.path}; stop it cleanly first (kafka-server-stop.sh)"
+                ) from None
             raise
         self.lock_fd = fd
 
@@ -414,8 +468,12 @@ def _existing_topic_dirs(target: _Target, topic: str) -> dict[int, str]:
     if os.path.isdir(target.path):
         for name in os.listdir(target.path):
             parsed = parse_log_dir_name(name)
-            if (parsed is not None and parsed.kind == "live" and parsed.topic_partition.topic == topic
-                    and os.path.isdir(target.join(name))):
+            if (
+                parsed is not None
+                and parsed.kind == "live"
+                and parsed.topic_partition.topic == topic
+                and os.path.isdir(target.join(name))
+            ):
                 out[parsed.topic_partition.partition] = target.join(name)
     return out
 
@@ -428,9 +486,11 @@ def _check_broker_partition_dir(path: str) -> str | None:
         if ".log" in name and os.path.isfile(full) and os.path.getsize(full):
             data.append(f"{name} ({os.path.getsize(full)} bytes)")
     if data:
-        raise ExportError(f"{path} already holds records ({', '.join(sorted(data)[:3])}): it was exported already, or "
-                          f"the broker wrote to it. export-to-broker fills only partitions the broker created empty; "
-                          f"name the others with --partition, or delete and recreate the topic on the cluster")
+        raise ExportError(
+            f"{path} already holds records ({', '.join(sorted(data)[:3])}): it was exported already, or "
+            f"the broker wrote to it. export-to-broker fills only partitions the broker created empty; "
+            f"name the others with --partition, or delete and recreate the topic on the cluster"
+        )
     return read_partition_metadata(os.path.join(path, PARTITION_METADATA_FILE))
 
 
@@ -464,23 +524,32 @@ def _update_checkpoints(target: _Target, part: PartitionExport) -> None:
 # ---------------------------------------------------------------- the command
 
 
-def export_topic(lm: LogManager, topic: str, to: str, *, topic_id: str | None = None,
-                 partitions: list[int] | None = None, allow_unclean_shutdown: bool = False,
-                 out: TextIO | None = None) -> ExportResult:
+def export_topic(
+    lm: LogManager,
+    topic: str,
+    to: str,
+    *,
+    topic_id: str | None = None,
+    partitions: list[int] | None = None,
+    allow_unclean_shutdown: bool = False,
+    out: TextIO | None = None,
+) -> ExportResult:
     """Export a kafkalog topic into a broker's log dir or a staging directory (see the module docstring)."""
     started = time.monotonic()
     meta = lm.topic(topic)
     if partitions:
         bad = sorted({p for p in partitions if not 0 <= p < meta.partitions})
         if bad:
-            raise UnknownTopicOrPartitionError(f"--partition {bad[0]}: topic '{topic}' has {meta.partitions} "
-                                               f"partition(s) in {lm.url()}")
+            raise UnknownTopicOrPartitionError(
+                f"--partition {bad[0]}: topic '{topic}' has {meta.partitions} partition(s) in {lm.url()}"
+            )
     if topic_id is not None:
         check_topic_id(topic_id)
     for d in lm.log_dirs:
         if lm.fs.protocol == "file" and os.path.abspath(to) == os.path.abspath(d):
-            raise ExportError(f"--to {to} is the kafkalog log dir itself: give a broker's log dir or a staging "
-                              f"directory")
+            raise ExportError(
+                f"--to {to} is the kafkalog log dir itself: give a broker's log dir or a staging directory"
+            )
     target = _Target(to, allow_unclean_shutdown)
     staged: list[PartitionExport] = []
     try:
@@ -488,20 +557,26 @@ def export_topic(lm: LogManager, topic: str, to: str, *, topic_id: str | None = 
         if target.broker:
             beyond = sorted(p for p in existing if p >= meta.partitions)
             if beyond:
-                raise ExportError(f"the broker's log dir {target.path} holds partition {beyond[0]} of topic '{topic}', "
-                                  f"which has {meta.partitions} partition(s) in {lm.url()}: create the topic on the "
-                                  f"cluster with --partitions {meta.partitions}")
+                raise ExportError(
+                    f"the broker's log dir {target.path} holds partition {beyond[0]} of topic '{topic}', "
+                    f"which has {meta.partitions} partition(s) in {lm.url()}: create the topic on the "
+                    f"cluster with --partitions {meta.partitions}"
+                )
             wanted = sorted(set(partitions)) if partitions else sorted(existing)
             if not wanted:
-                raise ExportError(f"the broker's log dir {target.path} holds no directory of topic '{topic}': create "
-                                  f"the topic on the cluster first (kafka-topics.sh --create --topic {topic} "
-                                  f"--partitions {meta.partitions} ...), start the broker once so that it makes them, "
-                                  f"stop it cleanly, then run this")
+                raise ExportError(
+                    f"the broker's log dir {target.path} holds no directory of topic '{topic}': create "
+                    f"the topic on the cluster first (kafka-topics.sh --create --topic {topic} "
+                    f"--partitions {meta.partitions} ...), start the broker once so that it makes them, "
+                    f"stop it cleanly, then run this"
+                )
             missing = [p for p in wanted if p not in existing]
             if missing:
-                raise ExportError(f"the broker's log dir {target.path} holds no directory for partition {missing[0]} "
-                                  f"of topic '{topic}': this broker is not its replica, or keeps it in another of its "
-                                  f"log.dirs (run this there), or the topic was not created on the cluster")
+                raise ExportError(
+                    f"the broker's log dir {target.path} holds no directory for partition {missing[0]} "
+                    f"of topic '{topic}': this broker is not its replica, or keeps it in another of its "
+                    f"log.dirs (run this there), or the topic was not created on the cluster"
+                )
             not_here = [p for p in range(meta.partitions) if p not in wanted and not partitions]
             ids = {}
             for p in wanted:
@@ -510,29 +585,38 @@ def export_topic(lm: LogManager, topic: str, to: str, *, topic_id: str | None = 
                     ids[p] = found
             if topic_id is None:
                 if len(set(ids.values())) > 1:
-                    raise ExportError(f"the partition directories of topic '{topic}' in {target.path} name different "
-                                      f"topic ids ({', '.join(sorted(set(ids.values())))}); give --topic-id")
+                    raise ExportError(
+                        f"the partition directories of topic '{topic}' in {target.path} name different "
+                        f"topic ids ({', '.join(sorted(set(ids.values())))}); give --topic-id"
+                    )
                 if len(ids) < len(wanted):
                     first = min(set(wanted) - set(ids))
-                    raise ExportError(f"partition {first} of topic '{topic}' in {target.path} has "
-                                      f"no partition.metadata to take the topic id from: give --topic-id (the TopicId "
-                                      f"kafka-topics.sh --describe prints)")
+                    raise ExportError(
+                        f"partition {first} of topic '{topic}' in {target.path} has "
+                        f"no partition.metadata to take the topic id from: give --topic-id (the TopicId "
+                        f"kafka-topics.sh --describe prints)"
+                    )
                 topic_id = check_topic_id(next(iter(ids.values())))
             else:
                 other = {v for v in ids.values() if v != topic_id}
                 if other:
-                    raise ExportError(f"--topic-id {topic_id} is not the id of topic '{topic}' on this broker: its "
-                                      f"partition directories in {target.path} name {sorted(other)[0]} (see "
-                                      f"kafka-topics.sh --describe --topic {topic})")
+                    raise ExportError(
+                        f"--topic-id {topic_id} is not the id of topic '{topic}' on this broker: its "
+                        f"partition directories in {target.path} name {sorted(other)[0]} (see "
+                        f"kafka-topics.sh --describe --topic {topic})"
+                    )
         else:
             if topic_id is None:
-                raise ExportError("--topic-id is required for a staging directory: the TopicId that kafka-topics.sh "
-                                  f"--describe --topic {topic} prints once the topic is created on the cluster")
+                raise ExportError(
+                    "--topic-id is required for a staging directory: the TopicId that kafka-topics.sh "
+                    f"--describe --topic {topic} prints once the topic is created on the cluster"
+                )
             wanted = sorted(set(partitions)) if partitions else list(range(meta.partitions))
             clash = [p for p in wanted if p in existing]
             if clash:
-                raise ExportError(f"the staging directory {target.path} holds {existing[clash[0]]} already: give an "
-                                  f"empty one")
+                raise ExportError(
+                    f"the staging directory {target.path} holds {existing[clash[0]]} already: give an empty one"
+                )
             not_here = []
             os.makedirs(target.path, exist_ok=True)
         result = ExportResult(topic, topic_id, target.path, target.broker, not_here=not_here)
@@ -572,8 +656,12 @@ def export_topic(lm: LogManager, topic: str, to: str, *, topic_id: str | None = 
             starts = [p for p in result.partitions if p.needs_log_start_entry]
             if starts:
                 result.delete_records_file = target.join(topic + DELETE_RECORDS_SUFFIX)
-                doc = {"partitions": [{"topic": topic, "partition": p.tp.partition, "offset": p.log_start}
-                                      for p in starts], "version": 1}
+                doc = {
+                    "partitions": [
+                        {"topic": topic, "partition": p.tp.partition, "offset": p.log_start} for p in starts
+                    ],
+                    "version": 1,
+                }
                 _write_replace(result.delete_records_file, (json.dumps(doc, indent=2) + "\n").encode())
         result.seconds = time.monotonic() - started
         if out is not None:
@@ -596,25 +684,35 @@ def _partition_line(p: PartitionExport) -> str:
         extra.append(f"partitionLeaderEpoch set to 0 in {p.epochs_reset} batch(es)")
     if p.producers_cleared:
         extra.append(f"producer id without a sequence cleared in {p.producers_cleared} batch(es)")
-    return (f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {p.records} records, {p.bytes} bytes, log start "
-            f"offset {p.broker_log_start}, log end offset {p.log_end}" + "".join(f"; {e}" for e in extra) + "\n")
+    return (
+        f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {p.records} records, {p.bytes} bytes, log start "
+        f"offset {p.broker_log_start}, log end offset {p.log_end}" + "".join(f"; {e}" for e in extra) + "\n"
+    )
 
 
 def summary_line(r: ExportResult) -> str:
     segs = sum(p.segments for p in r.partitions)
     records = sum(p.records for p in r.partitions)
     size = sum(p.bytes for p in r.partitions)
-    head_ = (f"Exported {len(r.partitions)} partition(s) of topic {r.topic} (TopicId {r.topic_id}): {segs} segment(s), "
-             f"{records} records, {size} bytes in {r.seconds:.2f} s, ")
+    head_ = (
+        f"Exported {len(r.partitions)} partition(s) of topic {r.topic} (TopicId {r.topic_id}): {segs} segment(s), "
+        f"{records} records, {size} bytes in {r.seconds:.2f} s, "
+    )
     if r.broker_log_dir:
         text = head_ + f"into the broker's log dir {r.target}; start the broker"
         if r.not_here:
-            text += (f". Partition(s) {', '.join(map(str, r.not_here))} have no directory in this log dir and were "
-                     f"not exported here: run this where the broker keeps them (another broker or log dir)")
+            text += (
+                f". Partition(s) {', '.join(map(str, r.not_here))} have no directory in this log dir and were "
+                f"not exported here: run this where the broker keeps them (another broker or log dir)"
+            )
         return text + "\n"
-    text = head_ + (f"into the staging directory {r.target}; copy its {r.topic}-<partition> directories into the "
-                    f"log dir of each broker that holds them, stopped cleanly")
+    text = head_ + (
+        f"into the staging directory {r.target}; copy its {r.topic}-<partition> directories into the "
+        f"log dir of each broker that holds them, stopped cleanly"
+    )
     if r.delete_records_file:
-        text += (f". Some partitions start above their first segment: once the broker runs, "
-                 f"kafka-delete-records.sh --offset-json-file {r.delete_records_file} sets their log start offsets")
+        text += (
+            f". Some partitions start above their first segment: once the broker runs, "
+            f"kafka-delete-records.sh --offset-json-file {r.delete_records_file} sets their log start offsets"
+        )
     return text + "\n"

@@ -72,17 +72,23 @@ def _offset(text: str):
         raise argparse.ArgumentTypeError(f"expected an offset, 'earliest' or 'latest', got {text!r}") from None
 
 
-ROOT_HELP = ("the log dir (Kafka's log.dir): a local path, or a file://, memory:// or object store URL "
-             "(s3://bucket/prefix, with --fs for its storage options); several: log.dirs=DIR1,DIR2")
+ROOT_HELP = (
+    "the log dir (Kafka's log.dir): a local path, or a file://, memory:// or object store URL "
+    "(s3://bucket/prefix, with --fs for its storage options); several: log.dirs=DIR1,DIR2"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafkalog",
-                                     description="Kafka's tools for a Kafka-format log dir, no broker.")
+    parser = argparse.ArgumentParser(
+        prog="kafkalog", description="Kafka's tools for a Kafka-format log dir, no broker."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("topics", help="create, list, describe, alter or delete topics (kafka-topics.sh, kafka-configs.sh)",
-                       description="Create, list, describe, alter or delete topics, as kafka-topics.sh does.")
+    t = sub.add_parser(
+        "topics",
+        help="create, list, describe, alter or delete topics (kafka-topics.sh, kafka-configs.sh)",
+        description="Create, list, describe, alter or delete topics, as kafka-topics.sh does.",
+    )
     t.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(t)
     action = t.add_mutually_exclusive_group(required=True)
@@ -90,135 +96,238 @@ def build_parser() -> argparse.ArgumentParser:
     action.add_argument("--list", action="store_true", help="list topic names, one per line")
     action.add_argument("--describe", action="store_true", help="describe every topic, or --topic")
     action.add_argument("--alter", action="store_true", help="change topic configs (--add-config, --delete-config)")
-    action.add_argument("--delete", action="store_true",
-                        help="delete a topic: its partition directories become -delete dirs, removed after "
-                             "file.delete.delay.ms by the maintenance job")
+    action.add_argument(
+        "--delete",
+        action="store_true",
+        help="delete a topic: its partition directories become -delete dirs, removed after "
+        "file.delete.delay.ms by the maintenance job",
+    )
     t.add_argument("--topic", help="the topic")
     t.add_argument("--partitions", type=_positive_int, help="partition count for --create (default 1)")
-    t.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a topic config override for --create (repeatable), Kafka's key names")
+    t.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config override for --create (repeatable), Kafka's key names",
+    )
     t.add_argument("--if-not-exists", action="store_true", help="with --create: do nothing if the topic exists")
     t.add_argument("--if-exists", action="store_true", help="with --delete: do nothing if the topic does not exist")
-    t.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]",
-                   help="with --alter: configs to set; list values in brackets: cleanup.policy=[compact,delete]")
-    t.add_argument("--delete-config", action="append", default=[], metavar="K[,K]",
-                   help="with --alter: configs to remove (back to the default)")
+    t.add_argument(
+        "--add-config",
+        action="append",
+        default=[],
+        metavar="K=V[,K=V]",
+        help="with --alter: configs to set; list values in brackets: cleanup.policy=[compact,delete]",
+    )
+    t.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="K[,K]",
+        help="with --alter: configs to remove (back to the default)",
+    )
     t.set_defaults(func=cmd_topics, parser=t)
 
-    p = sub.add_parser("produce", help="append JSON-line records from stdin (kafka-console-producer.sh)",
-                       description='Append records read from stdin, one JSON object per line: {"key": str|null, '
-                                   '"value": str|null, "timestamp": ms, "partition": int, "headers": [[k, v], ...]}.')
+    p = sub.add_parser(
+        "produce",
+        help="append JSON-line records from stdin (kafka-console-producer.sh)",
+        description='Append records read from stdin, one JSON object per line: {"key": str|null, '
+        '"value": str|null, "timestamp": ms, "partition": int, "headers": [[k, v], ...]}.',
+    )
     p.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(p)
     p.add_argument("--topic", required=True)
-    p.add_argument("--compression", "--compression-codec", choices=CODECS, default="none",
-                   help="the producer's codec (default none)")
+    p.add_argument(
+        "--compression",
+        "--compression-codec",
+        choices=CODECS,
+        default="none",
+        help="the producer's codec (default none)",
+    )
     p.add_argument("--no-create", action="store_true", help="fail if the topic does not exist")
     p.add_argument("--partitions", type=_positive_int, help="partition count when the topic is created (default 1)")
-    p.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE,
-                   help=f"records per batch (default {DEFAULT_BATCH_SIZE})")
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        help=f"records per batch (default {DEFAULT_BATCH_SIZE})",
+    )
     p.set_defaults(func=cmd_produce, parser=p)
 
-    c = sub.add_parser("consume", help="print records as JSON lines (kafka-console-consumer.sh)",
-                       description="Print records as JSON lines, partition after partition.")
+    c = sub.add_parser(
+        "consume",
+        help="print records as JSON lines (kafka-console-consumer.sh)",
+        description="Print records as JSON lines, partition after partition.",
+    )
     c.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--partition", type=_non_negative_int, help="only this partition (default: all, in order)")
     start = c.add_mutually_exclusive_group()
-    start.add_argument("--offset", type=_offset, default="earliest",
-                       help="an offset, 'earliest' (default) or 'latest' (the log end: prints nothing)")
-    start.add_argument("--from-beginning", action="store_const", dest="offset", const="earliest",
-                       help="same as --offset earliest")
-    start.add_argument("--timestamp", type=_int, metavar="MS",
-                       help="start at the earliest offset whose timestamp >= MS (epoch milliseconds)")
+    start.add_argument(
+        "--offset",
+        type=_offset,
+        default="earliest",
+        help="an offset, 'earliest' (default) or 'latest' (the log end: prints nothing)",
+    )
+    start.add_argument(
+        "--from-beginning", action="store_const", dest="offset", const="earliest", help="same as --offset earliest"
+    )
+    start.add_argument(
+        "--timestamp",
+        type=_int,
+        metavar="MS",
+        help="start at the earliest offset whose timestamp >= MS (epoch milliseconds)",
+    )
     c.add_argument("--max-messages", type=_positive_int, help="stop after this many records")
     c.set_defaults(func=cmd_consume, parser=c)
 
-    d = sub.add_parser("dump-log", help="print segment, index and time index files (kafka-dump-log.sh)",
-                       description="Print .log, .index, .timeindex and .txnindex files as Kafka's DumpLogSegments.")
-    d.add_argument("files", nargs="*", metavar="FILE",
-                   help="files to dump (paths or URLs: file://, memory://, s3://... with --fs)")
-    d.add_argument("--files", dest="files_opt", action="append", default=[], metavar="FILE1,FILE2",
-                   help="comma separated files, Kafka's form")
+    d = sub.add_parser(
+        "dump-log",
+        help="print segment, index and time index files (kafka-dump-log.sh)",
+        description="Print .log, .index, .timeindex and .txnindex files as Kafka's DumpLogSegments.",
+    )
+    d.add_argument(
+        "files", nargs="*", metavar="FILE", help="files to dump (paths or URLs: file://, memory://, s3://... with --fs)"
+    )
+    d.add_argument(
+        "--files",
+        dest="files_opt",
+        action="append",
+        default=[],
+        metavar="FILE1,FILE2",
+        help="comma separated files, Kafka's form",
+    )
     d.add_argument("--print-data-log", action="store_true", help="print keys and values (implies --deep-iteration)")
     d.add_argument("--deep-iteration", action="store_true", help="print every record, not only batches")
     d.add_argument("--skip-record-metadata", action="store_true", help="do not print record metadata")
     d.add_argument("--verify-index-only", action="store_true", help="check indexes without printing entries")
     d.add_argument("--index-sanity-check", action="store_true", help="only run the index sanity check")
-    d.add_argument("--max-message-size", type=_positive_int, default=DEFAULT_MAX_MESSAGE_SIZE,
-                   help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})")
-    d.add_argument("--max-bytes", type=_positive_int, default=NO_MAX_BYTES,
-                   help="read at most this many bytes of each .log file")
+    d.add_argument(
+        "--max-message-size",
+        type=_positive_int,
+        default=DEFAULT_MAX_MESSAGE_SIZE,
+        help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})",
+    )
+    d.add_argument(
+        "--max-bytes", type=_positive_int, default=NO_MAX_BYTES, help="read at most this many bytes of each .log file"
+    )
     _fs_option(d)
     d.set_defaults(func=cmd_dump_log, parser=d)
 
-    s = sub.add_parser("describe", help="topics, partitions, offsets and segments of a log dir",
-                       description="Describe a log dir: topics, partitions, log start/end offsets, segments, bytes.")
+    s = sub.add_parser(
+        "describe",
+        help="topics, partitions, offsets and segments of a log dir",
+        description="Describe a log dir: topics, partitions, log start/end offsets, segments, bytes.",
+    )
     s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(s)
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
     s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
     s.set_defaults(func=cmd_describe, parser=s)
 
-    r = sub.add_parser("delete-records", help="move a partition's log start offset up (kafka-delete-records.sh)",
-                       description="Delete the records of a partition before an offset, as kafka-delete-records.sh "
-                                   "does: the log start offset moves up; whole segments below it are removed by "
-                                   "the next retention run.")
+    r = sub.add_parser(
+        "delete-records",
+        help="move a partition's log start offset up (kafka-delete-records.sh)",
+        description="Delete the records of a partition before an offset, as kafka-delete-records.sh "
+        "does: the log start offset moves up; whole segments below it are removed by "
+        "the next retention run.",
+    )
     r.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(r)
     r.add_argument("--topic", required=True)
     r.add_argument("--partition", type=_non_negative_int, required=True)
-    r.add_argument("--offset", type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"), required=True,
-                   help="the new log start offset; -1: the high watermark (the log end)")
+    r.add_argument(
+        "--offset",
+        type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"),
+        required=True,
+        help="the new log start offset; -1: the high watermark (the log end)",
+    )
     r.set_defaults(func=cmd_delete_records, parser=r)
 
-    m = sub.add_parser("maintain", help="retention, compaction, delayed deletes and checkpoints (Kafka's LogManager)",
-                       description="Run the maintenance job: per partition retention, compaction (cleanup.policy "
-                                   "compact) and removal of .deleted files past file.delete.delay.ms; per log dir "
-                                   "removal of deleted topics and the checkpoints. Prints one line per partition.")
+    m = sub.add_parser(
+        "maintain",
+        help="retention, compaction, delayed deletes and checkpoints (Kafka's LogManager)",
+        description="Run the maintenance job: per partition retention, compaction (cleanup.policy "
+        "compact) and removal of .deleted files past file.delete.delay.ms; per log dir "
+        "removal of deleted topics and the checkpoints. Prints one line per partition.",
+    )
     m.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(m)
     m.add_argument("--once", action="store_true", help="one pass, then exit (for cron or Airflow)")
-    m.add_argument("--interval-ms", type=_int_at_least(1, "a positive number of milliseconds"),
-                   default=300_000, help="time between passes without --once (log.retention.check.interval.ms; "
-                                         "default 300000)")
+    m.add_argument(
+        "--interval-ms",
+        type=_int_at_least(1, "a positive number of milliseconds"),
+        default=300_000,
+        help="time between passes without --once (log.retention.check.interval.ms; default 300000)",
+    )
     m.add_argument("--topic", action="append", help="only these topics (repeatable)")
-    m.add_argument("--cleaner-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
-                        "log.cleaner.io.buffer.load.factor (repeatable)")
-    m.add_argument("--spark", action="store_true", help="with --once: run the pass as a Spark job, the partitions "
-                                                        "spread over the executors")
+    m.add_argument(
+        "--cleaner-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
+        "log.cleaner.io.buffer.load.factor (repeatable)",
+    )
+    m.add_argument(
+        "--spark",
+        action="store_true",
+        help="with --once: run the pass as a Spark job, the partitions spread over the executors",
+    )
     m.add_argument("--master", default="local[*]", help="with --spark: the Spark master URL (default local[*])")
     m.set_defaults(func=cmd_maintain, parser=m)
 
-    x = sub.add_parser("export-to-broker", help="hand a topic to a Kafka broker: partition directories for its log.dir",
-                       description="Write a topic's partitions as Kafka partition directories (segments checked and "
-                                   "indexed, partition.metadata with the cluster's topic id, leader-epoch-checkpoint) "
-                                   "into a stopped broker's log dir, or into a staging directory to copy to the "
-                                   "broker hosts. See docs/kafka-broker.md.")
+    x = sub.add_parser(
+        "export-to-broker",
+        help="hand a topic to a Kafka broker: partition directories for its log.dir",
+        description="Write a topic's partitions as Kafka partition directories (segments checked and "
+        "indexed, partition.metadata with the cluster's topic id, leader-epoch-checkpoint) "
+        "into a stopped broker's log dir, or into a staging directory to copy to the "
+        "broker hosts. See docs/kafka-broker.md.",
+    )
     x.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(x)
     x.add_argument("--topic", required=True, help="the topic (created on the cluster first, same partition count)")
-    x.add_argument("--topic-id", metavar="ID",
-                   help="the cluster's TopicId for it (kafka-topics.sh --describe); required for a staging "
-                        "directory, read from the broker's partition directories otherwise")
-    x.add_argument("--to", required=True, metavar="DIR",
-                   help="a stopped broker's log dir (it holds meta.properties), or a staging directory (missing, "
-                        "empty, or holding only partition directories)")
-    x.add_argument("--partition", type=_non_negative_int, action="append",
-                   help="only this partition (repeatable; default: all, or in a broker's log dir those it holds)")
-    x.add_argument("--allow-unclean-shutdown", action="store_true",
-                   help="export into a broker log dir without .kafka_cleanshutdown (the broker then recovers every "
-                        "segment of the log dir at its next start)")
+    x.add_argument(
+        "--topic-id",
+        metavar="ID",
+        help="the cluster's TopicId for it (kafka-topics.sh --describe); required for a staging "
+        "directory, read from the broker's partition directories otherwise",
+    )
+    x.add_argument(
+        "--to",
+        required=True,
+        metavar="DIR",
+        help="a stopped broker's log dir (it holds meta.properties), or a staging directory (missing, "
+        "empty, or holding only partition directories)",
+    )
+    x.add_argument(
+        "--partition",
+        type=_non_negative_int,
+        action="append",
+        help="only this partition (repeatable; default: all, or in a broker's log dir those it holds)",
+    )
+    x.add_argument(
+        "--allow-unclean-shutdown",
+        action="store_true",
+        help="export into a broker log dir without .kafka_cleanshutdown (the broker then recovers every "
+        "segment of the log dir at its next start)",
+    )
     x.set_defaults(func=cmd_export_to_broker, parser=x)
     return parser
 
 
 def _fs_option(parser) -> None:
-    parser.add_argument("--fs", action="append", default=[], metavar="KEY=VALUE",
-                        help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 "
-                             "(repeatable; JSON values are decoded; credentials come from the environment)")
+    parser.add_argument(
+        "--fs",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 "
+        "(repeatable; JSON values are decoded; credentials come from the environment)",
+    )
 
 
 def _manager(args) -> LogManager:
@@ -232,8 +341,11 @@ def _existing(args) -> LogManager:
         if lm.fs.isdir(d):
             continue
         if lm.fs.exists(d):
-            hint = (f"; to print a segment or index file use: kafkalog dump-log {lm.url(d)}"
-                    if parse_segment_file(lm.fs.basename(d)) is not None else "")
+            hint = (
+                f"; to print a segment or index file use: kafkalog dump-log {lm.url(d)}"
+                if parse_segment_file(lm.fs.basename(d)) is not None
+                else ""
+            )
             raise KafkaStorageError(f"{lm.url(d)} is a file, not a log dir (a directory of topic partitions){hint}")
         if d == lm.root:
             raise KafkaStorageError(f"log dir {lm.url()} does not exist")
@@ -251,9 +363,11 @@ def not_a_log_dir(lm: LogManager) -> str | None:
     tp = parse_partition_dir(lm.fs.basename(lm.root)) if len(lm.log_dirs) == 1 else None
     if tp is not None and any(parse_segment_file(f.name) is not None for f in listings.get(lm.root, ())):
         parent = lm.url(lm.fs.dirname(lm.root)) or "."
-        return (f"{lm.url()} is the directory of partition {tp.partition} of topic '{tp.topic}', not a log dir: "
-                f"describe its log dir (kafkalog describe {parent} --topic {tp.topic}), or print its segment "
-                f"files with kafkalog dump-log")
+        return (
+            f"{lm.url()} is the directory of partition {tp.partition} of topic '{tp.topic}', not a log dir: "
+            f"describe its log dir (kafkalog describe {parent} --topic {tp.topic}), or print its segment "
+            f"files with kafkalog dump-log"
+        )
     others = []
     for files in listings.values():
         for f in files:
@@ -265,9 +379,11 @@ def not_a_log_dir(lm: LogManager) -> str | None:
     if not others:
         return None
     shown = ", ".join(sorted(others)[:3]) + (", ..." if len(others) > 3 else "")
-    return (f"{lm.url()} is not a log dir: it holds no topic files (*{TOPIC_FILE_SUFFIX}), partition "
-            f"directories (<topic>-<partition>) or checkpoint files, only {len(others)} other entr"
-            f"{'y' if len(others) == 1 else 'ies'} ({shown})")
+    return (
+        f"{lm.url()} is not a log dir: it holds no topic files (*{TOPIC_FILE_SUFFIX}), partition "
+        f"directories (<topic>-<partition>) or checkpoint files, only {len(others)} other entr"
+        f"{'y' if len(others) == 1 else 'ies'} ({shown})"
+    )
 
 
 # ---------------------------------------------------------------- topics
@@ -325,11 +441,15 @@ def cmd_topics(args, stdin, out, err) -> int:
             lm.topic(args.topic)  # a missing topic is an error, not an empty answer
         for t in lm.describe(topics)["topics"]:
             configs = ",".join(f"{k}={v}" for k, v in sorted(t["config"].items()))
-            out.write(f"Topic: {t['topic']}\tTopicId: {t['topicId'] or 'none'}\t"
-                      f"PartitionCount: {len(t['partitions'])}\tConfigs: {configs}\n")
+            out.write(
+                f"Topic: {t['topic']}\tTopicId: {t['topicId'] or 'none'}\t"
+                f"PartitionCount: {len(t['partitions'])}\tConfigs: {configs}\n"
+            )
             for p in t["partitions"]:
-                out.write(f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLogStartOffset: {p['logStartOffset']}"
-                          f"\tLogEndOffset: {p['logEndOffset']}\tSize: {p['size']}\tSegments: {len(p['segments'])}\n")
+                out.write(
+                    f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLogStartOffset: {p['logStartOffset']}"
+                    f"\tLogEndOffset: {p['logEndOffset']}\tSize: {p['size']}\tSegments: {len(p['segments'])}\n"
+                )
     else:
         if not args.add_config and not args.delete_config:
             args.parser.error("--alter needs --add-config or --delete-config")
@@ -362,9 +482,18 @@ def _isatty(stream) -> bool:
 
 def cmd_produce(args, stdin: BinaryIO, out, err) -> int:
     lm = _manager(args)
-    produce(lm, args.topic, stdin, out, compression=args.compression, batch_size=args.batch_size,
-            create=not args.no_create, partitions=args.partitions, progress=err if _isatty(err) else None,
-            summary=err)
+    produce(
+        lm,
+        args.topic,
+        stdin,
+        out,
+        compression=args.compression,
+        batch_size=args.batch_size,
+        create=not args.no_create,
+        partitions=args.partitions,
+        progress=err if _isatty(err) else None,
+        summary=err,
+    )
     return 0
 
 
@@ -378,10 +507,20 @@ def cmd_consume(args, stdin, out, err) -> int:
     if isinstance(args.offset, int) and args.partition is None:
         partitions = lm.topic(args.topic).partitions
         if partitions > 1:
-            args.parser.error(f"--offset {args.offset} needs --partition: topic {args.topic} has {partitions} "
-                              f"partitions (or use earliest / latest)")
-    consume(lm, args.topic, out, partition=args.partition, offset=args.offset, timestamp=args.timestamp,
-            max_messages=args.max_messages, ensure_ascii=_wants_ascii(out))
+            args.parser.error(
+                f"--offset {args.offset} needs --partition: topic {args.topic} has {partitions} "
+                f"partitions (or use earliest / latest)"
+            )
+    consume(
+        lm,
+        args.topic,
+        out,
+        partition=args.partition,
+        offset=args.offset,
+        timestamp=args.timestamp,
+        max_messages=args.max_messages,
+        ensure_ascii=_wants_ascii(out),
+    )
     return 0
 
 
@@ -392,10 +531,15 @@ def cmd_dump_log(args, stdin, out, err) -> int:
     files = list(args.files) + [f for v in args.files_opt for f in v.split(",") if f]
     if not files:
         args.parser.error("give the files to dump (FILE... or --files a,b)")
-    opts = DumpOptions(print_data_log=args.print_data_log, deep_iteration=args.deep_iteration,
-                       verify_index_only=args.verify_index_only, index_sanity_check=args.index_sanity_check,
-                       skip_record_metadata=args.skip_record_metadata, max_message_size=args.max_message_size,
-                       max_bytes=args.max_bytes)
+    opts = DumpOptions(
+        print_data_log=args.print_data_log,
+        deep_iteration=args.deep_iteration,
+        verify_index_only=args.verify_index_only,
+        index_sanity_check=args.index_sanity_check,
+        skip_record_metadata=args.skip_record_metadata,
+        max_message_size=args.max_message_size,
+        max_bytes=args.max_bytes,
+    )
     with _fsspec_defaults(files, storage_options_from_cli(args.fs)):
         return dump_files(files, opts, out, err)
 
@@ -448,15 +592,18 @@ def cmd_describe(args, stdin, out, err) -> int:
         out.write(json.dumps(doc, indent=2, default=_json_value) + "\n")
         return 0
     if not doc["topics"]:
-        out.write(f"Log dir: {doc['root']}\n\nNo topics (create one with: kafkalog topics ROOT --create "
-                  f"--topic T, or kafkalog produce ROOT --topic T).\n")
+        out.write(
+            f"Log dir: {doc['root']}\n\nNo topics (create one with: kafkalog topics ROOT --create "
+            f"--topic T, or kafkalog produce ROOT --topic T).\n"
+        )
         return 0
     parts, segs = [], []
     total = 0
     for t in doc["topics"]:
         for p in t["partitions"]:
-            parts.append([t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"],
-                          len(p["segments"])])
+            parts.append(
+                [t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"], len(p["segments"])]
+            )
             total += p["size"]
             for s in p["segments"]:
                 segs.append([t["topic"], p["partition"], s["baseOffset"], s["size"], s["largestTimestamp"]])
@@ -498,12 +645,15 @@ def cmd_maintain(args, stdin, out, err) -> int:
     if args.spark:
         if not args.once:
             args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
-        return spark_main([args.root, "--spark", "--master", args.master]
-                          + [a for t in args.topic or [] for a in ("--topic", t)]
-                          + [a for kv in args.fs or [] for a in ("--fs", kv)]
-                          + [a for kv in args.cleaner_config for a in ("--cleaner-config", kv)])
-    kwargs = dict(topics=args.topic, cleaner_settings=settings, out=out,
-                  storage_options=storage_options_from_cli(args.fs))
+        return spark_main(
+            [args.root, "--spark", "--master", args.master]
+            + [a for t in args.topic or [] for a in ("--topic", t)]
+            + [a for kv in args.fs or [] for a in ("--fs", kv)]
+            + [a for kv in args.cleaner_config for a in ("--cleaner-config", kv)]
+        )
+    kwargs = dict(
+        topics=args.topic, cleaner_settings=settings, out=out, storage_options=storage_options_from_cli(args.fs)
+    )
     if args.once:
         reports = run_once(args.root, **kwargs)
         return 1 if any(r.errors for r in reports) else 0
@@ -518,8 +668,15 @@ def cmd_export_to_broker(args, stdin, out, err) -> int:
     from .broker_export import export_topic
 
     lm = _existing(args)
-    export_topic(lm, args.topic, args.to, topic_id=args.topic_id, partitions=args.partition,
-                 allow_unclean_shutdown=args.allow_unclean_shutdown, out=out)
+    export_topic(
+        lm,
+        args.topic,
+        args.to,
+        topic_id=args.topic_id,
+        partitions=args.partition,
+        allow_unclean_shutdown=args.allow_unclean_shutdown,
+        out=out,
+    )
     return 0
 
 

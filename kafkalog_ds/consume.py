@@ -31,27 +31,47 @@ def _text_or_base64(b: bytes | None, name: str, flags: list) -> str | None:
 def records_to_json(batch: pa.RecordBatch, topic: str, partition: int, ensure_ascii: bool = False) -> list[str]:
     """One JSON line per record. Keys, values and header values print as UTF-8 text when they are valid
     UTF-8, else as base64, and the record gets a 'base64' list naming those fields."""
-    cols = {name: batch.column(name).to_pylist() for name in ("offset", "timestamp", "timestampType", "key",
-                                                               "value", "headers")}
+    cols = {
+        name: batch.column(name).to_pylist()
+        for name in ("offset", "timestamp", "timestampType", "key", "value", "headers")
+    }
     names = {int(t): t.kafka_name for t in TimestampType}
     out = []
     for i, offset in enumerate(cols["offset"]):  # output: one line per record
         flags: list = []
         key = _text_or_base64(cols["key"][i], "key", flags)
         value = _text_or_base64(cols["value"][i], "value", flags)
-        headers = [[h["key"], _text_or_base64(h["value"], f"headers.{j}", flags)]
-                   for j, h in enumerate(cols["headers"][i] or ())]
-        rec = {"topic": topic, "partition": partition, "offset": offset, "timestamp": cols["timestamp"][i],
-               "timestampType": names.get(cols["timestampType"][i], "NoTimestampType"), "key": key, "value": value,
-               "headers": headers}
+        headers = [
+            [h["key"], _text_or_base64(h["value"], f"headers.{j}", flags)]
+            for j, h in enumerate(cols["headers"][i] or ())
+        ]
+        rec = {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "timestamp": cols["timestamp"][i],
+            "timestampType": names.get(cols["timestampType"][i], "NoTimestampType"),
+            "key": key,
+            "value": value,
+            "headers": headers,
+        }
         if flags:
             rec["base64"] = flags
         out.append(json.dumps(rec, ensure_ascii=ensure_ascii))
     return out
 
 
-def consume(lm: LogManager, topic: str, out: TextIO, *, partition: int | None = None, offset: str | int = "earliest",
-            timestamp: int | None = None, max_messages: int | None = None, ensure_ascii: bool = False) -> int:
+def consume(
+    lm: LogManager,
+    topic: str,
+    out: TextIO,
+    *,
+    partition: int | None = None,
+    offset: str | int = "earliest",
+    timestamp: int | None = None,
+    max_messages: int | None = None,
+    ensure_ascii: bool = False,
+) -> int:
     """Print records as JSON lines, partition by partition; returns how many were printed."""
     meta = lm.topic(topic)
     parts = [partition] if partition is not None else list(range(meta.partitions))
@@ -110,7 +130,7 @@ def output_slices(batch: pa.RecordBatch):
     sizes = np.zeros(n, np.int64)
     for name in ("key", "value"):
         col = batch.column(name)
-        offsets = np.frombuffer(col.buffers()[1], np.int32)[col.offset:col.offset + n + 1]
+        offsets = np.frombuffer(col.buffers()[1], np.int32)[col.offset : col.offset + n + 1]
         sizes += np.diff(offsets.astype(np.int64))
     ends = np.cumsum(sizes)
     start = 0

@@ -16,8 +16,15 @@ from storage.records.record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 from .dump_log import INT32_MAX, DumpError, DumpOptions, DumpReport, SegmentReader, start_offset
 
-TXN_ENTRY = np.dtype([("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"),
-                      ("last_offset", ">i8"), ("last_stable_offset", ">i8")])
+TXN_ENTRY = np.dtype(
+    [
+        ("version", ">i2"),
+        ("producer_id", ">i8"),
+        ("first_offset", ">i8"),
+        ("last_offset", ">i8"),
+        ("last_stable_offset", ">i8"),
+    ]
+)
 
 
 def _log_path_for(fs: LogFileSystem, path: str) -> str:
@@ -25,8 +32,9 @@ def _log_path_for(fs: LogFileSystem, path: str) -> str:
     return fs.join(fs.dirname(path), name.split(".")[0] + ".log")
 
 
-def _log_batches(fs: LogFileSystem, path: str, display: str, max_message_size: int,
-                 want_last_offsets: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def _log_batches(
+    fs: LogFileSystem, path: str, display: str, max_message_size: int, want_last_offsets: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     log_path = _log_path_for(fs, path)
     if not fs.exists(log_path):
         raise DumpError(f"cannot check {display}: its log file {fs.url(log_path)} does not exist")
@@ -54,8 +62,9 @@ def _stop_at_zero_entry(rel: np.ndarray) -> int:
     return int(zeros[0]) + 1 if zeros.size else len(rel)
 
 
-def dump_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-               report: DumpReport, abs_name: str) -> None:
+def dump_index(
+    fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO, report: DumpReport, abs_name: str
+) -> None:
     base = start_offset(fs.basename(path), display)
     entries = _read_entries(fs, path, OffsetIndex.entry_dtype)
     if len(entries) == 0:
@@ -99,8 +108,9 @@ def _last_offset_at(fs: LogFileSystem, log_path: str, position: int, max_message
     return base + struct.unpack_from(">i", head, 23)[0]
 
 
-def dump_time_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-                    report: DumpReport, abs_name: str) -> None:
+def dump_time_index(
+    fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO, report: DumpReport, abs_name: str
+) -> None:
     base = start_offset(fs.basename(path), display)
     size = fs.size(path)
     if opts.index_sanity_check:
@@ -110,7 +120,8 @@ def dump_time_index(fs: LogFileSystem, path: str, display: str, opts: DumpOption
             raise CorruptIndexError(
                 f"Corrupt time index found, time index file ({fs.url(path)}) has non-zero size but the last "
                 f"timestamp is {index.last_entry.timestamp} which is less than the first timestamp "
-                f"{index.entry(0).timestamp}")
+                f"{index.entry(0).timestamp}"
+            )
         out.write(f"{display} passed sanity check.\n")
         return
     entries = _read_entries(fs, path, TimeIndex.entry_dtype)
@@ -153,15 +164,25 @@ def dump_time_index(fs: LogFileSystem, path: str, display: str, opts: DumpOption
     out.write("".join(lines))
 
 
-def dump_txn_index(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-                   report: DumpReport, abs_name: str) -> None:
+def dump_txn_index(
+    fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO, report: DumpReport, abs_name: str
+) -> None:
     data = _read_whole(fs, path)
     n = len(data) // TXN_ENTRY.itemsize
     e = np.frombuffer(data, TXN_ENTRY, count=n)
-    out.write("".join(
-        f"version: {v} producerId: {p} firstOffset: {f} lastOffset: {la} lastStableOffset: {s}\n"
-        for v, p, f, la, s in zip(e["version"].tolist(), e["producer_id"].tolist(), e["first_offset"].tolist(),
-                                  e["last_offset"].tolist(), e["last_stable_offset"].tolist())))
+    out.write(
+        "".join(
+            f"version: {v} producerId: {p} firstOffset: {f} lastOffset: {la} lastStableOffset: {s}\n"
+            for v, p, f, la, s in zip(
+                e["version"].tolist(),
+                e["producer_id"].tolist(),
+                e["first_offset"].tolist(),
+                e["last_offset"].tolist(),
+                e["last_stable_offset"].tolist(),
+            )
+        )
+    )
     if len(data) % TXN_ENTRY.itemsize:
-        raise CorruptIndexError(f"transaction index {fs.url(path)} ends with a partial entry "
-                                f"(position {n * TXN_ENTRY.itemsize})")
+        raise CorruptIndexError(
+            f"transaction index {fs.url(path)} ends with a partial entry (position {n * TXN_ENTRY.itemsize})"
+        )

@@ -20,9 +20,19 @@ from storage.filesystem import LogFileSystem
 from storage.file_records import BatchChunk, select_batches
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
-    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK, LOG_OVERHEAD,
-    MAGIC_V2, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG_MASK,
-    BatchScan, CompressionType, scan_batches,
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    SCAN_BAD_LENGTH,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchScan,
+    CompressionType,
+    scan_batches,
 )
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
@@ -32,8 +42,15 @@ FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 2 * 1024 * 1024
 RECORD_INDENT = "|"
 INT32_MAX = 2**31 - 1
-CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER",
-                 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
+CONTROL_TYPES = {
+    0: "ABORT",
+    1: "COMMIT",
+    2: "LEADER_CHANGE",
+    3: "SNAPSHOT_HEADER",
+    4: "SNAPSHOT_FOOTER",
+    5: "KRAFT_VERSION",
+    6: "KRAFT_VOTERS",
+}
 
 
 @dataclass
@@ -192,7 +209,9 @@ def batch_validity(arr: np.ndarray, scan: BatchScan) -> np.ndarray:
     out = np.zeros(len(scan), bool)
     for i, p in enumerate(scan.positions.tolist()):  # one C call per batch
         size = int(sizes[i])
-        out[i] = size >= RECORD_BATCH_OVERHEAD and _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET:p + size]) == int(crcs[i])
+        out[i] = size >= RECORD_BATCH_OVERHEAD and _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET : p + size]) == int(
+            crcs[i]
+        )
     return out
 
 
@@ -203,8 +222,15 @@ def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str) -
     for i in range(len(scan)):  # per batch: the output is per record anyway
         part = select_batches(chunk, i, i + 1)
         try:
-            yield decode_batches(part.buf, scan=part.scan, verify_crc=False, skip_control=False,
-                                 max_message_bytes=DECOMPRESS_LIMIT, source=source, base_position=part.base_position)
+            yield decode_batches(
+                part.buf,
+                scan=part.scan,
+                verify_crc=False,
+                skip_control=False,
+                max_message_bytes=DECOMPRESS_LIMIT,
+                source=source,
+                base_position=part.base_position,
+            )
         except KafkaLogError as e:
             yield e
 
@@ -231,14 +257,27 @@ def batch_lines(scan: BatchScan, base: int, valid: np.ndarray) -> list[str]:
     last = scan.last_offsets
     last_seq = np.where(h["base_sequence"] == -1, -1, increment_sequence(h["base_sequence"], h["last_offset_delta"]))
     cols = dict(
-        base=base_offset.tolist(), last=last.tolist(), count=h["record_count"].tolist(),
-        bseq=h["base_sequence"].tolist(), lseq=last_seq.tolist(), pid=h["producer_id"].tolist(),
-        pep=h["producer_epoch"].tolist(), ple=h["partition_leader_epoch"].tolist(),
-        txn=((attrs & TRANSACTIONAL_FLAG_MASK) != 0).tolist(), ctl=((attrs & CONTROL_FLAG_MASK) != 0).tolist(),
-        dh=((attrs & DELETE_HORIZON_FLAG_MASK) != 0).tolist(), bts=h["base_timestamp"].tolist(),
-        pos=(scan.positions + base).tolist(), tst=((attrs & TIMESTAMP_TYPE_MASK) != 0).tolist(),
-        mts=h["max_timestamp"].tolist(), size=scan.sizes.tolist(), magic=h["magic"].tolist(),
-        codec=(attrs & COMPRESSION_CODEC_MASK).tolist(), crc=h["crc"].tolist(), valid=valid.tolist())
+        base=base_offset.tolist(),
+        last=last.tolist(),
+        count=h["record_count"].tolist(),
+        bseq=h["base_sequence"].tolist(),
+        lseq=last_seq.tolist(),
+        pid=h["producer_id"].tolist(),
+        pep=h["producer_epoch"].tolist(),
+        ple=h["partition_leader_epoch"].tolist(),
+        txn=((attrs & TRANSACTIONAL_FLAG_MASK) != 0).tolist(),
+        ctl=((attrs & CONTROL_FLAG_MASK) != 0).tolist(),
+        dh=((attrs & DELETE_HORIZON_FLAG_MASK) != 0).tolist(),
+        bts=h["base_timestamp"].tolist(),
+        pos=(scan.positions + base).tolist(),
+        tst=((attrs & TIMESTAMP_TYPE_MASK) != 0).tolist(),
+        mts=h["max_timestamp"].tolist(),
+        size=scan.sizes.tolist(),
+        magic=h["magic"].tolist(),
+        codec=(attrs & COMPRESSION_CODEC_MASK).tolist(),
+        crc=h["crc"].tolist(),
+        valid=valid.tolist(),
+    )
     out = []
     for i in range(len(scan)):  # per batch
         c = {k: v[i] for k, v in cols.items()}
@@ -249,7 +288,8 @@ def batch_lines(scan: BatchScan, base: int, valid: np.ndarray) -> list[str]:
             f"partitionLeaderEpoch: {c['ple']} isTransactional: {_bool(c['txn'])} isControl: {_bool(c['ctl'])} "
             f"deleteHorizonMs: {horizon} position: {c['pos']} "
             f"{'LogAppendTime' if c['tst'] else 'CreateTime'}: {c['mts']} size: {c['size']} magic: {c['magic']} "
-            f"compresscodec: {_codec_name(c['codec'])} crc: {c['crc']} isvalid: {_bool(c['valid'])}")
+            f"compresscodec: {_codec_name(c['codec'])} crc: {c['crc']} isvalid: {_bool(c['valid'])}"
+        )
     return out
 
 
@@ -287,8 +327,10 @@ def record_lines(records: pa.RecordBatch, header, opts: DumpOptions) -> list[str
         prefix = line
         if not opts.skip_record_metadata:
             hkeys = ",".join(h["key"] for h in headers[i] or ())
-            line += (f"offset: {offset} {ts_name}: {timestamps[i]} keySize: {-1 if key is None else len(key)} "
-                     f"valueSize: {-1 if value is None else len(value)} sequence: {seqs[i]} headerKeys: [{hkeys}]")
+            line += (
+                f"offset: {offset} {ts_name}: {timestamps[i]} keySize: {-1 if key is None else len(key)} "
+                f"valueSize: {-1 if value is None else len(value)} sequence: {seqs[i]} headerKeys: [{hkeys}]"
+            )
             prefix = " "
             if header.is_control:
                 line += _control_suffix(key, value)
@@ -309,13 +351,16 @@ def record_lines(records: pa.RecordBatch, header, opts: DumpOptions) -> list[str
 def start_offset(name: str, display: str) -> int:
     head = name.split(".")[0]
     if not head.isdigit():
-        raise DumpError(f"cannot dump {display}: the file name must start with the segment's base offset "
-                        f"(like 00000000000000000000{name[name.find('.'):] if '.' in name else ''})")
+        raise DumpError(
+            f"cannot dump {display}: the file name must start with the segment's base offset "
+            f"(like 00000000000000000000{name[name.find('.') :] if '.' in name else ''})"
+        )
     return int(head)
 
 
-def dump_log(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO,
-             report: DumpReport, abs_name: str) -> None:
+def dump_log(
+    fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO, report: DumpReport, abs_name: str
+) -> None:
     name = fs.basename(path)
     out.write(f"Log starting offset: {start_offset(name, display)}\n")
     size = fs.size(path)
@@ -328,28 +373,44 @@ def dump_log(fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out:
             i = int(old[0])
             if i:
                 _dump_batches(arr, _head(scan, i), base, source, opts, out, report, abs_name, state)
-            raise DumpError(f"message format v{int(scan.headers['magic'][i])} (before Kafka 0.11) is not supported "
-                            f"({source}, position {base + int(scan.positions[i])})")
+            raise DumpError(
+                f"message format v{int(scan.headers['magic'][i])} (before Kafka 0.11) is not supported "
+                f"({source}, position {base + int(scan.positions[i])})"
+            )
         _dump_batches(arr, scan, base, source, opts, out, report, abs_name, state)
     if reader.bad is not None:
         pos, length = reader.bad
         if length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
-            raise DumpError(f"corrupt batch: batchLength {length} is below the minimum "
-                            f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD} ({source}, position {pos})")
+            raise DumpError(
+                f"corrupt batch: batchLength {length} is below the minimum "
+                f"{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD} ({source}, position {pos})"
+            )
         if pos + LOG_OVERHEAD + length <= reader.end:
-            raise DumpError(f"batch of {length + LOG_OVERHEAD} bytes is larger than --max-message-size "
-                            f"{opts.max_message_size} ({source}, position {pos}); raise --max-message-size to read it")
+            raise DumpError(
+                f"batch of {length + LOG_OVERHEAD} bytes is larger than --max-message-size "
+                f"{opts.max_message_size} ({source}, position {pos}); raise --max-message-size to read it"
+            )
         reader.stop = pos  # a length past the end of the file: a torn tail, reported below as Kafka does
     trailing = reader.end - reader.stop
     if trailing > 0 and opts.max_bytes == NO_MAX_BYTES:
         out.write(f"Found {trailing} invalid bytes at the end of {name}\n")
     if state["failed"]:
-        raise DumpError(f"{len(state['failed'])} batch(es) of {display} could not be decoded; the first: "
-                        f"{state['failed'][0]}")
+        raise DumpError(
+            f"{len(state['failed'])} batch(es) of {display} could not be decoded; the first: {state['failed'][0]}"
+        )
 
 
-def _dump_batches(arr, scan: BatchScan, base: int, source: str, opts: DumpOptions, out: TextIO,
-                  report: DumpReport, abs_name: str, state: dict) -> None:
+def _dump_batches(
+    arr,
+    scan: BatchScan,
+    base: int,
+    source: str,
+    opts: DumpOptions,
+    out: TextIO,
+    report: DumpReport,
+    abs_name: str,
+    state: dict,
+) -> None:
     """Print the batch lines of one chunk and, with deep iteration, every record under its batch."""
     lines = batch_lines(scan, base, batch_validity(arr, scan))
     if not opts.deep:
@@ -369,8 +430,7 @@ def _dump_batches(arr, scan: BatchScan, base: int, source: str, opts: DumpOption
             prev = np.concatenate(([state["last_offset"]], offs[:-1]))
             gaps = np.flatnonzero((offs != prev + 1) & (prev != -1))
             if gaps.size:
-                report.non_consecutive.setdefault(abs_name, []).extend(
-                    zip(prev[gaps].tolist(), offs[gaps].tolist()))
+                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist()))
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

@@ -16,8 +16,7 @@ from .dump_log import DumpError, DumpOptions, DumpReport, dump_log, one_line
 
 UNSUPPORTED = {".snapshot": "producer state snapshots", ".checkpoint": "KRaft snapshots"}
 
-_DUMPERS = {".log": dump_log, ".index": dump_index, ".timeindex": dump_time_index,
-            ".txnindex": dump_txn_index}
+_DUMPERS = {".log": dump_log, ".index": dump_index, ".timeindex": dump_time_index, ".txnindex": dump_txn_index}
 
 
 def _open(arg: str) -> tuple[LogFileSystem, str, str]:
@@ -32,7 +31,7 @@ def dump_files(files: list[str], opts: DumpOptions, out: TextIO, err: TextIO) ->
     for arg in files:
         out.write(f"Dumping {arg}\n")
         name = os.path.basename(arg.rstrip("/"))
-        suffix = name[name.rfind("."):] if "." in name else ""
+        suffix = name[name.rfind(".") :] if "." in name else ""
         dumper = _DUMPERS.get(suffix)
         if dumper is None:
             if suffix in UNSUPPORTED:

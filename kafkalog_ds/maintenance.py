@@ -71,8 +71,10 @@ class PartitionReport:
         if self.segments_deleted:
             what.append(f"{self.segments_deleted} segment(s) deleted by retention")
         if self.cleaned:
-            what.append(f"compacted: {self.keys_kept} keys kept, {self.records_dropped} records dropped "
-                        f"({self.tombstones_dropped} tombstones), {self.segments_merged} fewer segments")
+            what.append(
+                f"compacted: {self.keys_kept} keys kept, {self.records_dropped} records dropped "
+                f"({self.tombstones_dropped} tombstones), {self.segments_merged} fewer segments"
+            )
         if self.merged_groups:
             what.append(f"merged {self.merged_segments} small segments into {self.merged_groups}")
         if self.swaps_completed:
@@ -82,7 +84,6 @@ class PartitionReport:
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
-
 
 
 def _record_cleaning(c, rep) -> None:
@@ -104,9 +105,18 @@ def _record_after(lm, tp, rep) -> None:
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"reopen: {type(e).__name__}: {e}")
 
-def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = None,
-                       storage_options: dict | None = None, cleaner_settings: dict | None = None,
-                       lease: MaintenanceLease | None = None, fs=None, lm: LogManager | None = None) -> PartitionReport:
+
+def maintain_partition(
+    root: str,
+    tp: TopicPartition,
+    *,
+    now_ms: int | None = None,
+    storage_options: dict | None = None,
+    cleaner_settings: dict | None = None,
+    lease: MaintenanceLease | None = None,
+    fs=None,
+    lm: LogManager | None = None,
+) -> PartitionReport:
     """Retention, compaction and delayed deletes for one partition (on object stores also the merge of
     small segments, under `lease`, the job's MaintenanceLease). Failures are reported, not raised, so one
     bad partition does not stop the others; the next pass retries it. A pass gives its LogManager (`lm`),
@@ -153,21 +163,29 @@ def maintain_partition(root: str, tp: TopicPartition, *, now_ms: int | None = No
     return rep
 
 
-def _maintain_objects(lm: LogManager, tp: TopicPartition, rep: PartitionReport, now: int, cc: CleanerConfig,
-                      lease: MaintenanceLease | None) -> None:
+def _maintain_objects(
+    lm: LogManager,
+    tp: TopicPartition,
+    rep: PartitionReport,
+    now: int,
+    cc: CleanerConfig,
+    lease: MaintenanceLease | None,
+) -> None:
     """One partition on an object store (no locks): the steps of maintain_partition, each a create-only
     swap or an idempotent copy-and-delete, under the job's lease (checked before every commit point)."""
     if lease is None:
-        raise MaintenanceLeaseError(f"{lm.url()}: maintenance on an object store needs the maintenance lease "
-                                    f"(run_once takes it)")
+        raise MaintenanceLeaseError(
+            f"{lm.url()}: maintenance on an object store needs the maintenance lease (run_once takes it)"
+        )
     lease.check()
     try:
         meta = lm.topic(tp.topic)
         dir = lm.partition_dir(tp)
         if not lm.fs.isdir(dir):
             raise UnknownTopicOrPartitionError(dir)
-        rep.swaps_completed = len(complete_pending_swaps(lm.fs, dir, meta.config, now_ms=now,
-                                                         abandoned_after_ms=cc.lease_ttl_ms))
+        rep.swaps_completed = len(
+            complete_pending_swaps(lm.fs, dir, meta.config, now_ms=now, abandoned_after_ms=cc.lease_ttl_ms)
+        )
         log = lm.open_log(tp)
     except UnknownTopicOrPartitionError:
         rep.skipped = True
@@ -183,8 +201,7 @@ def _maintain_objects(lm: LogManager, tp: TopicPartition, rep: PartitionReport, 
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"delayed deletes: {type(e).__name__}: {e}")
     try:
-        r = delete_old_segment_objects(log, lambda lg: lm.update_checkpoints({}, {tp: lg.log_start_offset}),
-                                       now_ms=now)
+        r = delete_old_segment_objects(log, lambda lg: lm.update_checkpoints({}, {tp: lg.log_start_offset}), now_ms=now)
         rep.segments_deleted = r.segments_deleted
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"retention: {type(e).__name__}: {e}")
@@ -226,9 +243,18 @@ class _Progress:
         self.out.flush()
 
 
-def run_once(root: str, *, topics: list[str] | None = None, now_ms: int | None = None,
-             storage_options: dict | None = None, cleaner_settings: dict | None = None,
-             out: TextIO | None = None, spark=None, fs=None, clock=None) -> list[PartitionReport]:
+def run_once(
+    root: str,
+    *,
+    topics: list[str] | None = None,
+    now_ms: int | None = None,
+    storage_options: dict | None = None,
+    cleaner_settings: dict | None = None,
+    out: TextIO | None = None,
+    spark=None,
+    fs=None,
+    clock=None,
+) -> list[PartitionReport]:
     """One pass over every partition (of `topics`, if given), then the root's duties. With `spark`,
     partitions are spread over its executors, one task each. `clock` (ms) is what the object-store
     lease runs on: by default now_ms plus the time the pass has taken (tests give a clock of their own)."""
@@ -239,18 +265,20 @@ def run_once(root: str, *, topics: list[str] | None = None, now_ms: int | None =
     if not lm.fs.capabilities.locks:  # object store: one job per log dir, by a create-only lease
         if clock is None:
             started = time.monotonic()
-            clock = (lambda: now + int((time.monotonic() - started) * 1000))
+            clock = lambda: now + int((time.monotonic() - started) * 1000)
         lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=cc.lease_ttl_ms, clock=clock).acquire()
     try:
-        with (lease.keep_alive() if lease is not None else contextlib.nullcontext()):
+        with lease.keep_alive() if lease is not None else contextlib.nullcontext():
             reports = _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, lease, fs)
     finally:
         if lease is not None:
             lease.release()
     if out is not None:
         failed = sum(1 for r in reports if r.errors)
-        out.write(f"maintenance pass: {len(reports)} partition(s), {failed} failed, "
-                  f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed\n")
+        out.write(
+            f"maintenance pass: {len(reports)} partition(s), {failed} failed, "
+            f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed\n"
+        )
     return reports
 
 
@@ -273,8 +301,16 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
         reports = []
         with lm.snapshot():
             for tp in tps:
-                rep = maintain_partition(root, tp, now_ms=now, storage_options=storage_options,
-                                         cleaner_settings=cleaner_settings, lease=lease, fs=fs, lm=lm)
+                rep = maintain_partition(
+                    root,
+                    tp,
+                    now_ms=now,
+                    storage_options=storage_options,
+                    cleaner_settings=cleaner_settings,
+                    lease=lease,
+                    fs=fs,
+                    lm=lm,
+                )
                 reports.append(rep)
                 if progress:
                     progress.report(rep)
@@ -288,22 +324,35 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
     return reports
 
 
-def _maintain_task(tps: list[tuple], root: str, now: int, storage_options, cleaner_settings, held=None,
-                   fs=None) -> list[PartitionReport]:
+def _maintain_task(
+    tps: list[tuple], root: str, now: int, storage_options, cleaner_settings, held=None, fs=None
+) -> list[PartitionReport]:
     """One Spark task: a slice of the partitions, one LogManager snapshot for all of them."""
     lease = None
     lm = LogManager(root, storage_options, fs=fs)
     if held is not None:  # the driver's lease, checked (not taken) by the task
         started = time.monotonic()
         lease = attach_lease(lm.fs, lm.root, *held[:4])
-        lease.clock = (lambda: held[4] + int((time.monotonic() - started) * 1000))
+        lease.clock = lambda: held[4] + int((time.monotonic() - started) * 1000)
     with lm.snapshot():
-        return [maintain_partition(root, TopicPartition(*tp), now_ms=now, storage_options=storage_options,
-                                   cleaner_settings=cleaner_settings, lease=lease, fs=fs, lm=lm) for tp in tps]
+        return [
+            maintain_partition(
+                root,
+                TopicPartition(*tp),
+                now_ms=now,
+                storage_options=storage_options,
+                cleaner_settings=cleaner_settings,
+                lease=lease,
+                fs=fs,
+                lm=lm,
+            )
+            for tp in tps
+        ]
 
 
-def run_forever(root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None,
-                **kwargs) -> None:
+def run_forever(
+    root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None, **kwargs
+) -> None:
     """A pass every interval_ms (Kafka's log.retention.check.interval.ms), until interrupted.
 
     Ctrl-C (KeyboardInterrupt) ends the wait between passes at once, or the pass in progress: every
@@ -327,13 +376,25 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kafkalog_ds.maintenance", description=__doc__.splitlines()[0])
     p.add_argument("root", metavar="ROOT")
     p.add_argument("--topic", action="append")
-    p.add_argument("--once", action="store_true", help="one pass, then exit (the only mode here; as `kafkalog maintain`)")
+    p.add_argument(
+        "--once", action="store_true", help="one pass, then exit (the only mode here; as `kafkalog maintain`)"
+    )
     p.add_argument("--spark", action="store_true", help="spread partitions over Spark executors")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    p.add_argument("--fs", action="append", default=[], metavar="KEY=VALUE",
-                   help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)")
-    p.add_argument("--cleaner-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="log.cleaner.* settings, kafkalog.segment.merge.min.age.ms, kafkalog.maintenance.lease.ttl.ms")
+    p.add_argument(
+        "--fs",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)",
+    )
+    p.add_argument(
+        "--cleaner-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="log.cleaner.* settings, kafkalog.segment.merge.min.age.ms, kafkalog.maintenance.lease.ttl.ms",
+    )
     args = p.parse_args(argv)
     settings = {}
     for pair in args.cleaner_config:
@@ -351,8 +412,14 @@ def main(argv: list[str] | None = None) -> int:
 
         spark = SparkSession.builder.appName("kafkalog-maintenance").master(args.master).getOrCreate()
     try:
-        reports = run_once(args.root, topics=args.topic, out=sys.stdout, spark=spark,
-                           storage_options=storage_options_from_cli(args.fs), cleaner_settings=settings)
+        reports = run_once(
+            args.root,
+            topics=args.topic,
+            out=sys.stdout,
+            spark=spark,
+            storage_options=storage_options_from_cli(args.fs),
+            cleaner_settings=settings,
+        )
     except KafkaLogError as e:  # e.g. another job holds an object store's maintenance lease
         print(f"kafkalog maintain: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1

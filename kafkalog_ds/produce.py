@@ -40,11 +40,19 @@ DEFAULT_BATCH_SIZE = 200  # records per batch: kafka-console-producer's --batch-
 
 #: Fields of an input line. topic, offset and timestampType are accepted and ignored, so that the
 #: consumer's output can be fed back to the producer.
-INPUT_SCHEMA = pa.schema([
-    ("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()), ("partition", pa.int64()),
-    ("headers", pa.list_(pa.list_(pa.string()))), ("base64", pa.list_(pa.string())),
-    ("topic", pa.string()), ("offset", pa.int64()), ("timestampType", pa.string()),
-])
+INPUT_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("value", pa.string()),
+        ("timestamp", pa.int64()),
+        ("partition", pa.int64()),
+        ("headers", pa.list_(pa.list_(pa.string()))),
+        ("base64", pa.list_(pa.string())),
+        ("topic", pa.string()),
+        ("offset", pa.int64()),
+        ("timestampType", pa.string()),
+    ]
+)
 _FIELDS = tuple(INPUT_SCHEMA.names)
 _INT64 = (-(2**63), 2**63 - 1)
 _B64_NAME = re.compile(r"key|value|headers\.(0|[1-9][0-9]*)")
@@ -76,7 +84,7 @@ def iter_blocks(stream: BinaryIO, block_bytes: int = BLOCK_BYTES, max_line_bytes
         if cut < 0:
             carry = buf
         else:
-            block, carry = buf[:cut + 1], buf[cut + 1:]
+            block, carry = buf[: cut + 1], buf[cut + 1 :]
             yield line_no, block
             line_no += block.count(b"\n")
         if len(carry) > max_line_bytes:
@@ -150,8 +158,11 @@ def line_problem(line: str, topic: str, num_partitions: int) -> str | None:
         problem = _string_problem(name, obj.get(name))
         if problem:
             return problem
-    for name, what in (("timestamp", "an integer (epoch milliseconds)"), ("partition", "an integer"),
-                       ("offset", "an integer")):
+    for name, what in (
+        ("timestamp", "an integer (epoch milliseconds)"),
+        ("partition", "an integer"),
+        ("offset", "an integer"),
+    ):
         problem = _int_problem(name, obj.get(name), what)
         if problem:
             return problem
@@ -160,8 +171,9 @@ def line_problem(line: str, topic: str, num_partitions: int) -> str | None:
         return f"invalid timestamp {ts}: a timestamp must be non-negative or null"
     p = obj.get("partition")
     if p is not None and not 0 <= p < num_partitions:
-        return (f"partition {p} is out of range: topic '{topic}' has {num_partitions} partition(s), "
-                f"0..{num_partitions - 1}")
+        return (
+            f"partition {p} is out of range: topic '{topic}' has {num_partitions} partition(s), 0..{num_partitions - 1}"
+        )
     headers = obj.get("headers")
     if headers is not None:
         if not isinstance(headers, list):
@@ -231,23 +243,26 @@ def parse_block(block: bytes, first_line: int, topic: str, num_partitions: int) 
     except UnicodeDecodeError as e:
         line = first_line + block.count(b"\n", 0, e.start)
         column = e.start - block.rfind(NL, 0, e.start)
-        raise InvalidInputError(f"stdin line {line}: not valid UTF-8 (byte {column} of the line); "
-                                f"nothing was written") from None
+        raise InvalidInputError(
+            f"stdin line {line}: not valid UTF-8 (byte {column} of the line); nothing was written"
+        ) from None
     lines = _nonblank_lines(block, first_line)
     if not lines.size:
         return ParsedBlock(pa.table({"key": pa.array([], pa.binary())}), pa.array([], pa.int64()), lines)
     try:
-        table = pj.read_json(pa.BufferReader(block),
-                             read_options=pj.ReadOptions(use_threads=True, block_size=len(block) + 1),
-                             parse_options=pj.ParseOptions(explicit_schema=INPUT_SCHEMA,
-                                                           unexpected_field_behavior="error"))
+        table = pj.read_json(
+            pa.BufferReader(block),
+            read_options=pj.ReadOptions(use_threads=True, block_size=len(block) + 1),
+            parse_options=pj.ParseOptions(explicit_schema=INPUT_SCHEMA, unexpected_field_behavior="error"),
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise _fail(block, first_line, topic, num_partitions, str(e)) from None
     if table.num_rows != lines.size:  # two objects on one line, for example
         raise _fail(block, first_line, topic, num_partitions, "expected exactly one JSON object per line")
     table = table.combine_chunks()
-    cols = {name: table.column(name).chunk(0) for name in ("key", "value", "timestamp", "partition", "headers",
-                                                           "base64")}
+    cols = {
+        name: table.column(name).chunk(0) for name in ("key", "value", "timestamp", "partition", "headers", "base64")
+    }
 
     def check(bad_mask, what):
         bad = np.flatnonzero(np.asarray(bad_mask, bool))
@@ -256,8 +271,12 @@ def parse_block(block: bytes, first_line: int, topic: str, num_partitions: int) 
 
     ts, part = cols["timestamp"], cols["partition"]
     check(pc.fill_null(pc.less(ts, 0), False).to_numpy(zero_copy_only=False), "negative timestamp")
-    check(pc.fill_null(pc.or_(pc.less(part, 0), pc.greater_equal(part, num_partitions)), False)
-          .to_numpy(zero_copy_only=False), "partition out of range")
+    check(
+        pc.fill_null(pc.or_(pc.less(part, 0), pc.greater_equal(part, num_partitions)), False).to_numpy(
+            zero_copy_only=False
+        ),
+        "partition out of range",
+    )
     headers = _headers_column(cols["headers"], check)
     key = pc.cast(cols["key"], pa.binary())
     value = pc.cast(cols["value"], pa.binary())
@@ -286,8 +305,9 @@ def _headers_column(headers: pa.ListArray, check) -> pa.Array:
     m = len(pairs)
     if m == 0:
         offsets = pa.array(outer.astype(np.int32))
-        empty = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())],
-                                           fields=list(_HEADER_TYPE.value_type))
+        empty = pa.StructArray.from_arrays(
+            [pa.array([], pa.string()), pa.array([], pa.binary())], fields=list(_HEADER_TYPE.value_type)
+        )
         return pa.ListArray.from_arrays(offsets, empty, mask=headers.is_null())
     inner = pairs.offsets.to_numpy().astype(np.int64)
     flat = pairs.values
@@ -304,8 +324,7 @@ def _headers_column(headers: pa.ListArray, check) -> pa.Array:
 
 def _apply_base64(b64: pa.ListArray, key, value, headers, check):
     """Decode the fields each row's 'base64' list names (rows that have one are few: a Python loop)."""
-    rows = np.flatnonzero(pc.fill_null(pc.greater(pc.list_value_length(b64), 0), False)
-                          .to_numpy(zero_copy_only=False))
+    rows = np.flatnonzero(pc.fill_null(pc.greater(pc.list_value_length(b64), 0), False).to_numpy(zero_copy_only=False))
     outer = headers.offsets.to_numpy().astype(np.int64)
     hvals = headers.values.field("value")
     repl = {"key": {}, "value": {}, "headers": {}}
@@ -337,8 +356,9 @@ def _apply_base64(b64: pa.ListArray, key, value, headers, check):
 
     key, value = patch(key, repl["key"]), patch(value, repl["value"])
     if repl["headers"]:
-        entries = pa.StructArray.from_arrays([headers.values.field("key"), patch(hvals, repl["headers"])],
-                                             fields=list(_HEADER_TYPE.value_type))
+        entries = pa.StructArray.from_arrays(
+            [headers.values.field("key"), patch(hvals, repl["headers"])], fields=list(_HEADER_TYPE.value_type)
+        )
         headers = pa.ListArray.from_arrays(headers.offsets, entries, mask=headers.is_null())
     return key, value, headers
 
@@ -411,10 +431,20 @@ def _size(n: int) -> str:
     return ""  # unreachable
 
 
-def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compression: str = "none",
-            batch_size: int = DEFAULT_BATCH_SIZE, create: bool = True, partitions: int | None = None,
-            block_bytes: int = BLOCK_BYTES, progress: TextIO | None = None,
-            summary: TextIO | None = None) -> dict[int, tuple[int, int, int]]:
+def produce(
+    lm: LogManager,
+    topic: str,
+    stream: BinaryIO,
+    out: TextIO,
+    *,
+    compression: str = "none",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    create: bool = True,
+    partitions: int | None = None,
+    block_bytes: int = BLOCK_BYTES,
+    progress: TextIO | None = None,
+    summary: TextIO | None = None,
+) -> dict[int, tuple[int, int, int]]:
     """Append JSON-line records to a topic. Returns {partition: (records, first offset, last offset)}.
 
     `progress`: a terminal to show a status line on while reading and appending; `summary`: where the
@@ -422,26 +452,39 @@ def produce(lm: LogManager, topic: str, stream: BinaryIO, out: TextIO, *, compre
     appends (sigint_deferred): what was appended is whole batches, and its `Wrote ...` lines are printed."""
     bar = ProduceProgress(progress)
     try:
-        return _produce(lm, topic, stream, out, compression, batch_size, create, partitions, block_bytes, bar,
-                        summary)
+        return _produce(lm, topic, stream, out, compression, batch_size, create, partitions, block_bytes, bar, summary)
     finally:
         bar.clear()
 
 
-def _produce(lm, topic, stream, out, compression, batch_size, create, partitions, block_bytes,
-             bar: ProduceProgress, summary: TextIO | None) -> dict[int, tuple[int, int, int]]:
+def _produce(
+    lm,
+    topic,
+    stream,
+    out,
+    compression,
+    batch_size,
+    create,
+    partitions,
+    block_bytes,
+    bar: ProduceProgress,
+    summary: TextIO | None,
+) -> dict[int, tuple[int, int, int]]:
     validate_topic_name(topic)
     codec = CompressionType.for_name(compression)
     try:
         meta = lm.topic(topic)
     except UnknownTopicOrPartitionError:
         if not create:
-            raise UnknownTopicOrPartitionError(f"topic '{topic}' does not exist in {lm.url()} "
-                                               f"(--no-create was given)") from None
+            raise UnknownTopicOrPartitionError(
+                f"topic '{topic}' does not exist in {lm.url()} (--no-create was given)"
+            ) from None
         meta = None
     if meta is not None and partitions is not None and partitions != meta.partitions:
-        raise InvalidInputError(f"topic '{topic}' exists with {meta.partitions} partition(s); "
-                                f"--partitions {partitions} applies only when the topic is created")
+        raise InvalidInputError(
+            f"topic '{topic}' exists with {meta.partitions} partition(s); "
+            f"--partitions {partitions} applies only when the topic is created"
+        )
     num_partitions = meta.partitions if meta is not None else (partitions or 1)
     max_batch = (meta.config if meta is not None else LogConfig()).max_message_bytes
     pieces: dict[int, list[_Piece]] = {}
@@ -465,8 +508,9 @@ def _produce(lm, topic, stream, out, compression, batch_size, create, partitions
         if meta is None:
             meta = lm.get_or_create_topic(topic, num_partitions)
             if meta.partitions != num_partitions:
-                raise InvalidInputError(f"topic '{topic}' was created meanwhile with {meta.partitions} partition(s); "
-                                        f"nothing was written")
+                raise InvalidInputError(
+                    f"topic '{topic}' was created meanwhile with {meta.partitions} partition(s); nothing was written"
+                )
         result = {}
         written = written_bytes = 0
         appending_since = time.monotonic()
@@ -485,20 +529,27 @@ def _produce(lm, topic, stream, out, compression, batch_size, create, partitions
                             total += info.num_records
                             written += info.num_records
                             written_bytes += info.valid_bytes
-                        bar.update(f"appending: {written:,} of {records_in:,} records, {_size(written_bytes)}",
-                                   written, since=appending_since)
+                        bar.update(
+                            f"appending: {written:,} of {records_in:,} records, {_size(written_bytes)}",
+                            written,
+                            since=appending_since,
+                        )
                 finally:  # also when interrupted: say what was appended
                     if total:
                         result[p] = (total, first, last)
                         bar.clear()
-                        out.write(f"Wrote {total} record{'s' if total != 1 else ''} to {topic}-{p} at offsets "
-                                  f"{first}..{last}\n")
+                        out.write(
+                            f"Wrote {total} record{'s' if total != 1 else ''} to {topic}-{p} at offsets "
+                            f"{first}..{last}\n"
+                        )
     if summary is not None:
         bar.clear()
         elapsed = time.monotonic() - bar.started
         if written:
-            summary.write(f"Wrote {written} record{'s' if written != 1 else ''} ({written_bytes} bytes) to "
-                          f"{len(result)} partition(s) of {topic} in {elapsed:.2f} s\n")
+            summary.write(
+                f"Wrote {written} record{'s' if written != 1 else ''} ({written_bytes} bytes) to "
+                f"{len(result)} partition(s) of {topic} in {elapsed:.2f} s\n"
+            )
         else:
             summary.write(f"Wrote 0 records to {topic}: stdin held no records\n")
     return result
@@ -518,7 +569,8 @@ def _check_timestamp_bounds(parsed: ParsedBlock, cfg: LogConfig, topic: str) -> 
         raise InvalidInputError(
             f"stdin line {int(parsed.lines[i])}: timestamp {int(ts[i])} is out of range for topic '{topic}': it must "
             f"be within [{lo}, {hi}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms); "
-            f"nothing was written")
+            f"nothing was written"
+        )
 
 
 def _assign_partitions(parsed: ParsedBlock, num_partitions: int, null_keys: int) -> tuple[np.ndarray, int]:
@@ -548,15 +600,19 @@ def _group(table: pa.Table, parts: np.ndarray, num_partitions: int):
         yield p, order[lo:hi], sorted_table.slice(lo, hi - lo)
 
 
-def _encode(table: pa.Table, rows: np.ndarray, lines: np.ndarray, codec: CompressionType, batch_size: int,
-            max_batch: int) -> tuple[bytes, int]:
+def _encode(
+    table: pa.Table, rows: np.ndarray, lines: np.ndarray, codec: CompressionType, batch_size: int, max_batch: int
+) -> tuple[bytes, int]:
     """Encode rows batch_size at a time; a record too large names its input line."""
     parts = []
     for start in range(0, table.num_rows, batch_size):  # per batch
         try:
             # relative offsets increase batch to batch; Log.append assigns the real ones
-            parts.append(build_records(table.slice(start, batch_size), compression=codec, base_offset=start,
-                                       max_batch_bytes=max_batch))
+            parts.append(
+                build_records(
+                    table.slice(start, batch_size), compression=codec, base_offset=start, max_batch_bytes=max_batch
+                )
+            )
         except RecordTooLargeError as e:
             m = re.match(r"row (\d+): (.*)", str(e))
             if m is None:

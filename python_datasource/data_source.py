@@ -55,8 +55,10 @@ class KafkaLogDataSource(DataSource):
                 from . import reader
 
                 if reader.ReadMaxRows is None:
-                    raise InvalidConfigError("maxOffsetsPerTrigger / minOffsetsPerTrigger need pyspark 4.2 or "
-                                             "later (the read-limit API for Python streaming sources)")
+                    raise InvalidConfigError(
+                        "maxOffsetsPerTrigger / minOffsetsPerTrigger need pyspark 4.2 or "
+                        "later (the read-limit API for Python streaming sources)"
+                    )
             return KafkaLogStreamReader(opts, selected_columns(schema, opts.include_headers))
         except InvalidConfigError as e:
             return FailedStreamReader(e)
@@ -78,7 +80,8 @@ class KafkaLogDataSource(DataSource):
             raise InvalidConfigError(
                 "Save mode Overwrite not allowed for kafkalog: a log is only appended to, as Spark's Kafka sink "
                 "allows only Append (and ErrorIfExists, which Spark itself refuses for Python data sources): "
-                "use .mode('append')")
+                "use .mode('append')"
+            )
         from .writer import KafkaLogBatchWriter
 
         opts = self._sink_options(schema)

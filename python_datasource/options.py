@@ -23,9 +23,9 @@ SINK_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
 # kafka.* options Spark's Kafka sink refuses, with its reasons (KafkaSourceProvider.kafkaParamsForProducer)
 REFUSED_SINK_KAFKA = {
     "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are serialized with "
-                            "ByteArraySerializer.",
+    "ByteArraySerializer.",
     "kafka.value.serializer": "Kafka option 'value.serializer' is not supported as value are serialized with "
-                              "ByteArraySerializer.",
+    "ByteArraySerializer.",
 }
 
 log = logging.getLogger(__name__)
@@ -42,16 +42,23 @@ def note_unknown_options(opts: dict, known: dict, where: str, *, ignored: Iterab
     """Options Spark's Kafka connector would accept and ignore are ignored here too; one that looks like
     a misspelling of one of ours gets a warning naming ours as documented (e.g. startingOffsets).
     `known`: lowercase name -> documented spelling. Returns the unknown names."""
-    unknown = [k for k in opts if k not in known and k not in ignored
-               and not k.startswith(("kafka.", "fs.", "spark."))]
+    unknown = [k for k in opts if k not in known and k not in ignored and not k.startswith(("kafka.", "fs.", "spark."))]
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
         if close:
-            log.warning("option '%s' is not an option of format('kafkalog') %s and is ignored; did you mean %s?",
-                        key, where, known[close[0]])
+            log.warning(
+                "option '%s' is not an option of format('kafkalog') %s and is ignored; did you mean %s?",
+                key,
+                where,
+                known[close[0]],
+            )
         else:
-            log.info("option '%s' is ignored by format('kafkalog') %s (as Spark's Kafka connector ignores "
-                     "options it does not know)", key, where)
+            log.info(
+                "option '%s' is ignored by format('kafkalog') %s (as Spark's Kafka connector ignores "
+                "options it does not know)",
+                key,
+                where,
+            )
     return unknown
 
 
@@ -67,14 +74,15 @@ class SinkOptions:
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     compression_level: int | None = None  # compression.<codec>.level, as Kafka's producer takes it
 
-
     @classmethod
     def parse(cls, options: dict) -> "SinkOptions":
         opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:
-            raise InvalidConfigError("option 'path' is required: the kafkalog root directory (a Kafka log.dir), "
-                                     "e.g. .option('path', '/data/logs') or .start('/data/logs')")
+            raise InvalidConfigError(
+                "option 'path' is required: the kafkalog root directory (a Kafka log.dir), "
+                "e.g. .option('path', '/data/logs') or .start('/data/logs')"
+            )
         topic = opts.get("topic")
         if topic is not None:
             validate_topic_name(topic)
@@ -88,8 +96,9 @@ class SinkOptions:
             if partitions < 1:
                 raise ValueError
         except ValueError:
-            raise InvalidConfigError(f"option 'partitions' must be a positive integer, got {opts['partitions']!r}") \
-                from None
+            raise InvalidConfigError(
+                f"option 'partitions' must be a positive integer, got {opts['partitions']!r}"
+            ) from None
         topic_config = {k: v for k, v in opts.items() if k in CONFIG_KEYS_BY_NAME and k != "compression.type"}
         LogConfig.from_dict(topic_config)  # names the key and rule at fault
         refuse_kafka_options(opts, REFUSED_SINK_KAFKA)  # other kafka.* (a broker's settings) mean nothing here
@@ -100,13 +109,24 @@ class SinkOptions:
             if lock_timeout_s < 0:
                 raise ValueError
         except ValueError:
-            raise InvalidConfigError(f"option 'lockTimeoutMs' must be a non-negative integer, got "
-                                     f"{opts['locktimeoutms']!r}") from None
+            raise InvalidConfigError(
+                f"option 'lockTimeoutMs' must be a non-negative integer, got {opts['locktimeoutms']!r}"
+            ) from None
         level_key = f"compression.{codec.name.lower()}.level"  # the producer's level (KIP-390)
-        level = LogConfig.from_dict({level_key: opts[level_key]}).compression_level(codec) if level_key in opts \
-            else None
-        return cls(path, topic, codec, partitions, topic_config, opts.get("checkpointlocation"), lock_timeout_s,
-                   storage_options_from_spark(opts), level)
+        level = (
+            LogConfig.from_dict({level_key: opts[level_key]}).compression_level(codec) if level_key in opts else None
+        )
+        return cls(
+            path,
+            topic,
+            codec,
+            partitions,
+            topic_config,
+            opts.get("checkpointlocation"),
+            lock_timeout_s,
+            storage_options_from_spark(opts),
+            level,
+        )
 
     def writer_id(self) -> int:
         """Stable per streaming query (derived from its checkpoint location); fresh for a batch write."""
@@ -123,7 +143,14 @@ class SinkOptions:
 def check_schema(schema, options: SinkOptions) -> None:
     """Spark's Kafka sink columns with Spark's types; a clear error naming the column otherwise."""
     from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, LongType, ShortType, StringType, StructType, TimestampNTZType,
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+        StructType,
+        TimestampNTZType,
         TimestampType,
     )
 
@@ -131,12 +158,14 @@ def check_schema(schema, options: SinkOptions) -> None:
     text = (StringType, BinaryType)
 
     def bad(name, want):
-        return InvalidConfigError(f"column '{name}' has type {fields[name].simpleString()}; the kafkalog sink "
-                                  f"takes {want}")
+        return InvalidConfigError(
+            f"column '{name}' has type {fields[name].simpleString()}; the kafkalog sink takes {want}"
+        )
 
     if "value" not in fields:
-        raise InvalidConfigError("the kafkalog sink needs a 'value' column (string or binary); input columns: "
-                                 f"{', '.join(fields) or 'none'}")
+        raise InvalidConfigError(
+            f"the kafkalog sink needs a 'value' column (string or binary); input columns: {', '.join(fields) or 'none'}"
+        )
     for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], text):
             raise bad(name, "string or binary")
@@ -150,9 +179,12 @@ def check_schema(schema, options: SinkOptions) -> None:
         raise bad("timestamp", "timestamp, or long milliseconds")
     if "headers" in fields:
         h = fields["headers"]
-        ok = (isinstance(h, ArrayType) and isinstance(h.elementType, StructType)
-              and [f.name for f in h.elementType.fields] == ["key", "value"]
-              and isinstance(h.elementType["key"].dataType, StringType)
-              and isinstance(h.elementType["value"].dataType, text))
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [f.name for f in h.elementType.fields] == ["key", "value"]
+            and isinstance(h.elementType["key"].dataType, StringType)
+            and isinstance(h.elementType["value"].dataType, text)
+        )
         if not ok:
             raise bad("headers", "array<struct<key:string,value:binary>>")

@@ -44,8 +44,11 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
         present = set(_existing(lm, sorted({tp.topic for tp in wanted})))
         absent = [f"{tp.topic}-{tp.partition}" for tp in wanted if tp not in present]
         if absent:
-            log.warning("assigned partition(s) %s do not exist in %s: not read (as Spark's Kafka source)",
-                        ", ".join(absent), lm.url())
+            log.warning(
+                "assigned partition(s) %s do not exist in %s: not read (as Spark's Kafka source)",
+                ", ".join(absent),
+                lm.url(),
+            )
         return [tp for tp in wanted if tp in present]
     if opts.subscribe is not None:  # looked up by name: O(the topics read), not O(everything under ROOT)
         return sorted(set(_existing(lm, [t for t in opts.subscribe if t not in INTERNAL_TOPICS])))
@@ -53,8 +56,12 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
     pattern = re.compile(opts.pattern)
     names = [t for t in existing if pattern.search(t)]
     if not names:
-        log.warning("no topic in %s matches subscribePattern %r (topics there: %s)", lm.url(), opts.pattern,
-                    ", ".join(existing[:20]) or "none")
+        log.warning(
+            "no topic in %s matches subscribePattern %r (topics there: %s)",
+            lm.url(),
+            opts.pattern,
+            ", ".join(existing[:20]) or "none",
+        )
     return sorted(tp for t in names for tp in lm.partitions(t))
 
 
@@ -72,12 +79,14 @@ def _existing(lm: LogManager, topics: list[str]) -> list[TopicPartition]:
             f"topic(s) {', '.join(missing)} do not exist in {lm.url()} (topics there: "
             f"{', '.join(existing[:20]) or 'none'}), as Spark's Kafka source fails on a topic the broker does "
             "not have; to wait for a topic that a writer has not created yet, use subscribePattern "
-            f"(e.g. '^{re.escape(missing[0])}$'), which reads nothing until it appears")
+            f"(e.g. '^{re.escape(missing[0])}$'), which reads nothing until it appears"
+        )
     return found
 
 
-def partition_states(lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool,
-                     cache: LogOffsetsCache | None = None) -> dict:
+def partition_states(
+    lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool, cache: LogOffsetsCache | None = None
+) -> dict:
     """Log start and end offsets per partition; one gone since it was listed is data loss. A stream
     reader passes its cache, so that partitions whose files did not change are not reopened."""
     out = {}
@@ -100,8 +109,9 @@ def _data_loss(fail: bool, message: str) -> None:
     log.warning("%s; skipping (failOnDataLoss=false)", message)
 
 
-def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, strategy: str = "error",
-            require_all: bool = True) -> dict[TopicPartition, int]:
+def resolve(
+    lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, strategy: str = "error", require_all: bool = True
+) -> dict[TopicPartition, int]:
     """Offsets for one end of the range: -2 earliest, -1 latest, or by timestamp (Kafka ListOffsets)."""
     out = {}
     listed = {(t, p) for t, p, _ in spec.per_partition}
@@ -111,11 +121,14 @@ def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, s
         read = {(tp.topic, tp.partition) for tp in states}
         extra = [f"{t}-{p}" for t, p in sorted(listed - read)]
         if missing or extra:
-            name = ("starting" if is_start else "ending") + ("OffsetsByTimestamp" if spec.kind == "timestamps"
-                                                            else "Offsets")
-            raise KafkaLogError(f"option '{name}' must give every partition the query reads, and no other"
-                                + (f"; missing: {', '.join(missing)}" if missing else "")
-                                + (f"; not read by the query: {', '.join(extra)}" if extra else ""))
+            name = ("starting" if is_start else "ending") + (
+                "OffsetsByTimestamp" if spec.kind == "timestamps" else "Offsets"
+            )
+            raise KafkaLogError(
+                f"option '{name}' must give every partition the query reads, and no other"
+                + (f"; missing: {', '.join(missing)}" if missing else "")
+                + (f"; not read by the query: {', '.join(extra)}" if extra else "")
+            )
     for tp, st in states.items():
         if spec.kind == "timestamp":
             value, by_time = spec.default, True
@@ -131,7 +144,8 @@ def resolve(lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, s
                 if is_start and strategy == "error":
                     raise KafkaLogError(
                         f"no record at or after timestamp {value} in {tp.topic}-{tp.partition} (log end offset "
-                        f"{st.log_end}); set startingOffsetsByTimestampStrategy=latest to start at the end instead")
+                        f"{st.log_end}); set startingOffsetsByTimestampStrategy=latest to start at the end instead"
+                    )
                 found = st.log_end
             out[tp] = found
         elif value == EARLIEST:
@@ -164,8 +178,9 @@ class OffsetRange:
     end: int
 
 
-def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool, *,
-           stream: bool = False) -> list[OffsetRange]:
+def ranges(
+    starts: dict, ends: dict, states: dict, fail_on_data_loss: bool, *, stream: bool = False
+) -> list[OffsetRange]:
     """Check each range against what the log holds now, as Spark's Kafka source does when it reads: offsets
     below the log start (retention, delete-records) or an end beyond the log end are data loss (fail, or with
     failOnDataLoss=false read what is there); a start beyond the end fails a batch read and is data loss to a
@@ -178,32 +193,41 @@ def ranges(starts: dict, ends: dict, states: dict, fail_on_data_loss: bool, *,
         st, end = states[tp], ends[tp]
         lost = False
         if start < st.log_start:
-            _data_loss(fail_on_data_loss,
-                       f"offsets {start}..{st.log_start - 1} of {tp.topic}-{tp.partition} are gone (log start offset "
-                       f"is now {st.log_start}, by retention or delete-records)")
+            _data_loss(
+                fail_on_data_loss,
+                f"offsets {start}..{st.log_start - 1} of {tp.topic}-{tp.partition} are gone (log start offset "
+                f"is now {st.log_start}, by retention or delete-records)",
+            )
             start, lost = st.log_start, True
         if end > st.log_end:
-            _data_loss(fail_on_data_loss, f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
-                                          f"offset {st.log_end}: offsets {st.log_end}..{end - 1} are not there")
+            _data_loss(
+                fail_on_data_loss,
+                f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
+                f"offset {st.log_end}: offsets {st.log_end}..{end - 1} are not there",
+            )
             end = st.log_end
         if start > end:
             if lost:  # everything asked for is gone, and skipped
                 continue
             if stream:
-                _data_loss(fail_on_data_loss,
-                           f"{tp.topic}-{tp.partition}: starting offset {start} is beyond its log end offset {end}: "
-                           "the start was set beyond the offsets the partition has, or the partition was deleted "
-                           "and made anew")
+                _data_loss(
+                    fail_on_data_loss,
+                    f"{tp.topic}-{tp.partition}: starting offset {start} is beyond its log end offset {end}: "
+                    "the start was set beyond the offsets the partition has, or the partition was deleted "
+                    "and made anew",
+                )
                 continue
-            raise OffsetOutOfRangeError(f"{tp.topic}-{tp.partition}: starting offset {start} is after ending offset "
-                                        f"{end}")
+            raise OffsetOutOfRangeError(
+                f"{tp.topic}-{tp.partition}: starting offset {start} is after ending offset {end}"
+            )
         if start < end:
             out.append(OffsetRange(tp.topic, tp.partition, start, end))
     return out
 
 
-def split(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None,
-          max_records: int | None = None) -> list[OffsetRange]:
+def split(
+    lm: LogManager, rs: list[OffsetRange], min_partitions: int | None, max_records: int | None = None
+) -> list[OffsetRange]:
     """Cut big ranges at segment or index boundaries until there are about min_partitions of them,
     each partition's share in proportion to its size (Spark's KafkaOffsetRangeCalculator idea); then
     cut every range into pieces of at most max_records offsets (maxRecordsPerPartition)."""

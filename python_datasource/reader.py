@@ -21,7 +21,10 @@ from .source_options import KAFKA_COLUMNS, SourceOptions, source_schema
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable, ReadMaxRows, ReadMinRows, SupportsTriggerAvailableNow,
+        ReadAllAvailable,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - pyspark 4.1
     ReadAllAvailable = ReadMaxRows = ReadMinRows = None
@@ -29,17 +32,32 @@ except ImportError:  # pragma: no cover - pyspark 4.1
 
 log = logging.getLogger(__name__)
 
+
 def kafka_struct():
     """Spark's Kafka source schema with headers, as a StructType built here (workers have no JVM to
     parse a DDL string)."""
     from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
     )
 
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    types = {"key": BinaryType(), "value": BinaryType(), "topic": StringType(), "partition": IntegerType(),
-             "offset": LongType(), "timestamp": TimestampType(), "timestampType": IntegerType(),
-             "headers": ArrayType(header)}
+    types = {
+        "key": BinaryType(),
+        "value": BinaryType(),
+        "topic": StringType(),
+        "partition": IntegerType(),
+        "offset": LongType(),
+        "timestamp": TimestampType(),
+        "timestampType": IntegerType(),
+        "headers": ArrayType(header),
+    }
     return StructType([StructField(name, types[name]) for name in KAFKA_COLUMNS])
 
 
@@ -51,14 +69,17 @@ def selected_columns(schema, include_headers: bool) -> tuple[str, ...]:
     allowed = {f.name: f.dataType for f in kafka_struct().fields}
     fields = getattr(schema, "fields", None)
     if not fields:
-        raise InvalidConfigError(f"a schema for format('kafkalog') selects columns of the Kafka source schema; "
-                                 f"got {schema!r}")
+        raise InvalidConfigError(
+            f"a schema for format('kafkalog') selects columns of the Kafka source schema; got {schema!r}"
+        )
     bad = [f for f in fields if f.name not in allowed or f.dataType != allowed[f.name]]
     names = [f.name for f in fields]
     if bad or len(set(names)) != len(names):
         shown = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in bad) or "a column twice"
-        raise InvalidConfigError(f"a schema for format('kafkalog') selects columns of the Kafka source schema, "
-                                 f"with their Kafka types: {source_schema(True)}; got {shown}")
+        raise InvalidConfigError(
+            f"a schema for format('kafkalog') selects columns of the Kafka source schema, "
+            f"with their Kafka types: {source_schema(True)}; got {shown}"
+        )
     return tuple(names)
 
 
@@ -68,8 +89,17 @@ class KafkaLogInputPartition(InputPartition):
     so a DataFrame queried again still reads what the log holds then, as Spark's Kafka source does by
     planning every query anew."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, *, start_open: bool = False,
-                 end_open: bool = False, directory_id: str | None = None):
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        *,
+        start_open: bool = False,
+        end_open: bool = False,
+        directory_id: str | None = None,
+    ):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.start_open, self.end_open = start_open, end_open
         self.directory_id = directory_id  # the ROOT the driver planned on (storage/meta_properties.py)
@@ -80,8 +110,13 @@ class KafkaLogInputPartition(InputPartition):
         return f"KafkaLogInputPartition({self.topic}-{self.partition} [{lo}, {hi}))"
 
 
-def read_range(path: str, part: KafkaLogInputPartition, columns: tuple[str, ...],
-               fail_on_data_loss: bool, storage_options: dict | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(
+    path: str,
+    part: KafkaLogInputPartition,
+    columns: tuple[str, ...],
+    fail_on_data_loss: bool,
+    storage_options: dict | None = None,
+) -> Iterator[pa.RecordBatch]:
     """Records [start, end) of one partition as Arrow batches with `columns` of Spark's Kafka schema."""
     if not isinstance(part, KafkaLogInputPartition):  # Spark plans one placeholder task for an empty read
         return
@@ -93,8 +128,11 @@ def read_range(path: str, part: KafkaLogInputPartition, columns: tuple[str, ...]
         start = plog.log_start_offset if getattr(part, "start_open", False) else part.start
         end = plog.log_end_offset if getattr(part, "end_open", False) else part.end
         if start < plog.log_start_offset:
-            planning._data_loss(fail_on_data_loss, f"offsets {start}..{plog.log_start_offset - 1} of {tp.topic}-"
-                                                   f"{tp.partition} were removed before they were read")
+            planning._data_loss(
+                fail_on_data_loss,
+                f"offsets {start}..{plog.log_start_offset - 1} of {tp.topic}-"
+                f"{tp.partition} were removed before they were read",
+            )
             start = plog.log_start_offset
         if start >= end:
             return
@@ -116,8 +154,9 @@ def _to_spark(batch: pa.RecordBatch, part: KafkaLogInputPartition, columns: tupl
         "topic": lambda: pa.repeat(pa.scalar(part.topic, pa.string()), n),
         "partition": lambda: pa.array(np.full(n, part.partition, np.int32)),
         "offset": lambda: batch.column("offset"),
-        "timestamp": lambda: pa.array(batch.column("timestamp").to_numpy() * 1000,
-                                      pa.int64()).view(pa.timestamp("us", tz="UTC")),
+        "timestamp": lambda: pa.array(batch.column("timestamp").to_numpy() * 1000, pa.int64()).view(
+            pa.timestamp("us", tz="UTC")
+        ),
         "timestampType": lambda: batch.column("timestampType"),
         "headers": lambda: batch.column("headers"),
     }
@@ -134,12 +173,15 @@ class KafkaLogBatchReader(DataSourceReader):
     def partitions(self):
         o = self.options
         with LogManager(o.path, o.storage_options).snapshot() as lm:  # topic and checkpoint files read once
-            states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True),
-                                               o.fail_on_data_loss)
+            states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True), o.fail_on_data_loss)
             starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
             ends = planning.resolve(lm, o.ending, states, is_start=False)
-            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss), o.min_partitions,
-                                o.max_records_per_partition)
+            rs = planning.split(
+                lm,
+                planning.ranges(starts, ends, states, o.fail_on_data_loss),
+                o.min_partitions,
+                o.max_records_per_partition,
+            )
             dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks else None
         open_start = planning.open_ended(o.starting, states, planning.EARLIEST)
         open_end = planning.open_ended(o.ending, states, planning.LATEST)
@@ -147,11 +189,18 @@ class KafkaLogBatchReader(DataSourceReader):
         for i, r in enumerate(rs):
             first.setdefault((r.topic, r.partition), i)
         last = {(r.topic, r.partition): i for i, r in enumerate(rs)}
-        return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end,
-                                       start_open=(r.topic, r.partition) in open_start and first[(r.topic, r.partition)] == i,
-                                       end_open=(r.topic, r.partition) in open_end and last[(r.topic, r.partition)] == i,
-                                       directory_id=dir_id)
-                for i, r in enumerate(rs)]
+        return [
+            KafkaLogInputPartition(
+                r.topic,
+                r.partition,
+                r.start,
+                r.end,
+                start_open=(r.topic, r.partition) in open_start and first[(r.topic, r.partition)] == i,
+                end_open=(r.topic, r.partition) in open_end and last[(r.topic, r.partition)] == i,
+                directory_id=dir_id,
+            )
+            for i, r in enumerate(rs)
+        ]
 
     def read(self, partition):
         o = self.options
@@ -201,8 +250,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
         states = self._states()
         with self._log_manager().snapshot() as lm:
-            return _to_json(planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy,
-                                             require_all=True))
+            return _to_json(
+                planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy, require_all=True)
+            )
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {tp: st.log_end for tp, st in self._states().items()}
@@ -255,8 +305,12 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts = {tp: begin.get(tp, st.log_start) for tp, st in states.items()}  # new partitions: earliest
         ends = {tp: stop[tp] for tp in states if tp in stop}
         with self._log_manager().snapshot() as lm:
-            rs = planning.split(lm, planning.ranges(starts, ends, states, o.fail_on_data_loss, stream=True),
-                                o.min_partitions, o.max_records_per_partition)
+            rs = planning.split(
+                lm,
+                planning.ranges(starts, ends, states, o.fail_on_data_loss, stream=True),
+                o.min_partitions,
+                o.max_records_per_partition,
+            )
             dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks and rs else None
         return [KafkaLogInputPartition(r.topic, r.partition, r.start, r.end, directory_id=dir_id) for r in rs]
 

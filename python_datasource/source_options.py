@@ -13,8 +13,9 @@ from storage.storage_options import storage_options_from_spark
 from .options import note_unknown_options, refuse_kafka_options
 
 EARLIEST, LATEST = -2, -1
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-                "timestampType int")
+KAFKA_SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+)
 HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
@@ -23,29 +24,53 @@ def source_schema(include_headers: bool) -> str:
     """Spark's Kafka source schema (a DDL string), with the headers column when asked for."""
     return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
 
+
 # Spark's names, for messages (options arrive lowercased)
-SPARK_NAMES = {n.lower(): n for n in (
-    "path", "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
-    "startingOffsetsByTimestamp", "endingTimestamp", "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy", "failOnDataLoss", "minPartitions", "maxRecordsPerPartition",
-    "includeHeaders", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")}
+SPARK_NAMES = {
+    n.lower(): n
+    for n in (
+        "path",
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "failOnDataLoss",
+        "minPartitions",
+        "maxRecordsPerPartition",
+        "includeHeaders",
+        "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+    )
+}
 READER_OPTIONS = set(SPARK_NAMES)
 # options Spark's Kafka source takes that mean nothing without a broker (consumer groups, polling, fetch
 # retries) or that it never reads (checkpointLocation on a reader): accepted and ignored, as there
-IGNORED_SOURCE_OPTIONS = {"checkpointlocation", "groupidprefix", "kafkaconsumer.polltimeoutms",
-                          "fetchoffset.numretries", "fetchoffset.retryintervalms"}
+IGNORED_SOURCE_OPTIONS = {
+    "checkpointlocation",
+    "groupidprefix",
+    "kafkaconsumer.polltimeoutms",
+    "fetchoffset.numretries",
+    "fetchoffset.retryintervalms",
+}
 # kafka.* options Spark's Kafka source refuses, with its reasons (KafkaSourceProvider.validateGeneralOptions)
 REFUSED_SOURCE_KAFKA = {
     "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
-                               "'startingoffsets' to 'earliest' or 'latest' to specify where to start. Structured "
-                               "Streaming manages which offsets are consumed internally, rather than relying on the "
-                               "kafkaConsumer to do it.",
+    "'startingoffsets' to 'earliest' or 'latest' to specify where to start. Structured "
+    "Streaming manages which offsets are consumed internally, rather than relying on the "
+    "kafkaConsumer to do it.",
     "kafka.key.deserializer": "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte "
-                              "arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize "
-                              "the keys.",
+    "arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize "
+    "the keys.",
     "kafka.value.deserializer": "Kafka option 'value.deserializer' is not supported as values are deserialized as "
-                                "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
-                                "deserialize the values.",
+    "byte arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly "
+    "deserialize the values.",
     "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
     "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
 }
@@ -95,16 +120,22 @@ class SourceOptions:
         o = {k.lower(): v for k, v in options.items()}
         refuse_kafka_options(o, REFUSED_SOURCE_KAFKA)
         if "kafka.group.id" in o:
-            log.warning("option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
-                        "warns that setting it is unsafe)")
+            log.warning(
+                "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
+                "warns that setting it is unsafe)"
+            )
         note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
         if not o.get("path"):
-            raise InvalidConfigError("option 'path' is required: the kafkalog root directory, "
-                                     "e.g. .option('path', '/data/logs') or .load('/data/logs')")
+            raise InvalidConfigError(
+                "option 'path' is required: the kafkalog root directory, "
+                "e.g. .option('path', '/data/logs') or .load('/data/logs')"
+            )
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if k in o]
         if len(chosen) != 1:
-            raise InvalidConfigError("exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set"
-                                     + (f" (got {', '.join(SPARK_NAMES[k] for k in chosen)})" if chosen else ""))
+            raise InvalidConfigError(
+                "exactly one of 'subscribe', 'subscribePattern' or 'assign' must be set"
+                + (f" (got {', '.join(SPARK_NAMES[k] for k in chosen)})" if chosen else "")
+            )
         subscribe = pattern = assign = None
         if "subscribe" in o:
             subscribe = tuple(t.strip() for t in o["subscribe"].split(",") if t.strip())
@@ -113,30 +144,44 @@ class SourceOptions:
         elif "subscribepattern" in o:
             pattern = o["subscribepattern"].strip()
             if not pattern:
-                raise InvalidConfigError(f"Pattern to subscribe is empty as specified value for option "
-                                         f"'subscribePattern' is '{o['subscribepattern']}'")
+                raise InvalidConfigError(
+                    f"Pattern to subscribe is empty as specified value for option "
+                    f"'subscribePattern' is '{o['subscribepattern']}'"
+                )
             try:
                 re.compile(pattern)
             except re.error as e:
                 raise InvalidConfigError(f"option 'subscribePattern' is not a valid regex: {e}") from None
         else:
             assign = tuple(_parse_assign(o["assign"]))
-        starting = _range_limit(o, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets",
-                                LATEST if streaming else EARLIEST, ending=False, streaming=streaming)
+        starting = _range_limit(
+            o,
+            "startingtimestamp",
+            "startingoffsetsbytimestamp",
+            "startingoffsets",
+            LATEST if streaming else EARLIEST,
+            ending=False,
+            streaming=streaming,
+        )
         if streaming:  # as Spark's Kafka source: two are refused, endingTimestamp is not read at all
             if "endingoffsets" in o:
-                raise InvalidConfigError("ending offset not valid in streaming queries (option 'endingOffsets' is "
-                                         "for batch reads)")
+                raise InvalidConfigError(
+                    "ending offset not valid in streaming queries (option 'endingOffsets' is for batch reads)"
+                )
             if "endingoffsetsbytimestamp" in o:
-                raise InvalidConfigError("ending timestamp not valid in streaming queries (option "
-                                         "'endingOffsetsByTimestamp' is for batch reads)")
+                raise InvalidConfigError(
+                    "ending timestamp not valid in streaming queries (option "
+                    "'endingOffsetsByTimestamp' is for batch reads)"
+                )
             if "endingtimestamp" in o:
-                log.warning("option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source "
-                            "ignores it")
+                log.warning(
+                    "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it"
+                )
             ending = OffsetSpec("offsets", (), LATEST)
         else:
-            ending = _range_limit(o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST,
-                                  ending=True, streaming=False)
+            ending = _range_limit(
+                o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST, ending=True, streaming=False
+            )
             if streaming is False:
                 for k in STREAM_ONLY:
                     if k in o:
@@ -144,17 +189,29 @@ class SourceOptions:
         max_per_trigger = _int(o, "maxoffsetspertrigger", 1)
         min_per_trigger = _int(o, "minoffsetspertrigger", 1)
         if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
-            raise InvalidConfigError(f"The value of minOffsetsPerTrigger({min_per_trigger}) is higher than the "
-                                     f"maxOffsetsPerTrigger({max_per_trigger}).")
+            raise InvalidConfigError(
+                f"The value of minOffsetsPerTrigger({min_per_trigger}) is higher than the "
+                f"maxOffsetsPerTrigger({max_per_trigger})."
+            )
         strategy = o.get("startingoffsetsbytimestampstrategy", "error").lower()
         if strategy not in ("error", "latest"):
-            raise InvalidConfigError("option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
-                                     f"got {o['startingoffsetsbytimestampstrategy']!r}")
+            raise InvalidConfigError(
+                "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
+                f"got {o['startingoffsetsbytimestampstrategy']!r}"
+            )
         return cls(
-            path=o["path"], subscribe=subscribe, pattern=pattern, assign=assign, starting=starting, ending=ending,
-            strategy=strategy, fail_on_data_loss=_bool(o, "failondataloss", True),
-            min_partitions=_int(o, "minpartitions", 1), include_headers=_bool(o, "includeheaders", False),
-            max_offsets_per_trigger=max_per_trigger, min_offsets_per_trigger=min_per_trigger,
+            path=o["path"],
+            subscribe=subscribe,
+            pattern=pattern,
+            assign=assign,
+            starting=starting,
+            ending=ending,
+            strategy=strategy,
+            fail_on_data_loss=_bool(o, "failondataloss", True),
+            min_partitions=_int(o, "minpartitions", 1),
+            include_headers=_bool(o, "includeheaders", False),
+            max_offsets_per_trigger=max_per_trigger,
+            min_offsets_per_trigger=min_per_trigger,
             max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
             storage_options=storage_options_from_spark(o),
             max_records_per_partition=_int(o, "maxrecordsperpartition", 1),
@@ -188,8 +245,7 @@ _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 8
 def _duration_ms(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", str(text))
     if not m:
-        raise InvalidConfigError(f"option 'maxTriggerDelay' must be a duration such as 15m, 30s or 500ms, "
-                                 f"got {text!r}")
+        raise InvalidConfigError(f"option 'maxTriggerDelay' must be a duration such as 15m, 30s or 500ms, got {text!r}")
     return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
 
 
@@ -206,21 +262,22 @@ def _parse_assign(text: str):
     except ValueError as e:
         raise InvalidConfigError(f"option 'assign' is not valid JSON: {e}") from None
     if not isinstance(doc, dict) or not all(isinstance(v, list) for v in doc.values()):
-        raise InvalidConfigError('option \'assign\' must look like {"topicA":[0,1],"topicB":[2,4]}, '
-                                 f"got {text!r}")
+        raise InvalidConfigError(f'option \'assign\' must look like {{"topicA":[0,1],"topicB":[2,4]}}, got {text!r}')
     for topic, parts in doc.items():
         for p in parts:
             if not isinstance(p, int) or isinstance(p, bool) or p < 0:
-                raise InvalidConfigError(f"option 'assign': partition {p!r} of topic {topic!r} is not a "
-                                         "non-negative integer")
+                raise InvalidConfigError(
+                    f"option 'assign': partition {p!r} of topic {topic!r} is not a non-negative integer"
+                )
             yield topic, p
 
 
 def _per_partition(o: dict, key: str) -> tuple:
     doc = _json(o, key)
     if not isinstance(doc, dict) or not all(isinstance(v, dict) for v in doc.values()):
-        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must look like "
-                                 '{"topicA":{"0":23,"1":-1}}, got ' + repr(o[key]))
+        raise InvalidConfigError(
+            f'option \'{SPARK_NAMES[key]}\' must look like {{"topicA":{{"0":23,"1":-1}}}}, got ' + repr(o[key])
+        )
     out = []
     for topic, parts in doc.items():
         for p, v in parts.items():
@@ -229,14 +286,16 @@ def _per_partition(o: dict, key: str) -> tuple:
             except ValueError:
                 pi = -1
             if pi < 0 or not isinstance(v, int) or isinstance(v, bool):
-                raise InvalidConfigError(f"option '{SPARK_NAMES[key]}': entry {topic}/{p} = {v!r} is not "
-                                         "partition -> integer")
+                raise InvalidConfigError(
+                    f"option '{SPARK_NAMES[key]}': entry {topic}/{p} = {v!r} is not partition -> integer"
+                )
             out.append((topic, pi, v))
     return tuple(out)
 
 
-def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool,
-                 streaming: bool | None) -> OffsetSpec:
+def _range_limit(
+    o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool, streaming: bool | None
+) -> OffsetSpec:
     """Spark's precedence: a global timestamp, then per-partition timestamps, then offsets."""
     name = SPARK_NAMES[offsets]
     if global_ts in o:
@@ -245,15 +304,17 @@ def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int
         except ValueError:
             ts = -1
         if ts < 0:
-            raise InvalidConfigError(f"option '{SPARK_NAMES[global_ts]}' must be milliseconds since the epoch, "
-                                     f"got {o[global_ts]!r}")
+            raise InvalidConfigError(
+                f"option '{SPARK_NAMES[global_ts]}' must be milliseconds since the epoch, got {o[global_ts]!r}"
+            )
         return OffsetSpec("timestamp", (), ts)
     if by_ts in o:
         spec = _per_partition(o, by_ts)
         bad = [(t, p, v) for t, p, v in spec if v < 0]
         if bad:
-            raise InvalidConfigError(f"option '{SPARK_NAMES[by_ts]}': timestamp {bad[0][2]} for "
-                                     f"{bad[0][0]}-{bad[0][1]} is negative")
+            raise InvalidConfigError(
+                f"option '{SPARK_NAMES[by_ts]}': timestamp {bad[0][2]} for {bad[0][0]}-{bad[0][1]} is negative"
+            )
         return OffsetSpec("timestamps", spec, default)
     if offsets not in o:
         return OffsetSpec("offsets", (), default)
@@ -268,6 +329,8 @@ def _range_limit(o: dict, global_ts: str, by_ts: str, offsets: str, default: int
     spec = _per_partition(o, offsets)
     for t, p, v in spec:
         if v < EARLIEST or (ending and v == EARLIEST) or (not ending and streaming is False and v == LATEST):
-            raise InvalidConfigError(f"option '{name}': offset {v} for {t}-{p} is not allowed here "
-                                     f"(use an offset >= 0{', or -1 for latest' if ending else ', or -2 for earliest'})")
+            raise InvalidConfigError(
+                f"option '{name}': offset {v} for {t}-{p} is not allowed here "
+                f"(use an offset >= 0{', or -1 for latest' if ending else ', or -2 for earliest'})"
+            )
     return OffsetSpec("offsets", spec, default)

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
 from pyspark.sql.datasource import (
-    DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
 )
 
 from storage.log_manager import LogManager
@@ -45,10 +47,16 @@ class _StagingWriter:
 
         lm = self._lm()
         check_directory_id(lm.fs, lm.root, self.directory_id)
-        stager = RecordStager(lm, self.writer_id, topic=self.options.topic, compression=self.options.compression,
-                              compression_level=self.options.compression_level,
-                              new_topic_config=self.options.topic_config,
-                              new_topic_partitions=self.options.partitions, task_index=_task_index())
+        stager = RecordStager(
+            lm,
+            self.writer_id,
+            topic=self.options.topic,
+            compression=self.options.compression,
+            compression_level=self.options.compression_level,
+            new_topic_config=self.options.topic_config,
+            new_topic_partitions=self.options.partitions,
+            task_index=_task_index(),
+        )
         try:
             for batch in iterator:
                 cols = [c for c in batch.schema.names if c in SINK_COLUMNS]
@@ -63,8 +71,9 @@ class _StagingWriter:
 
     def _commit(self, messages: List[Optional[KafkaLogCommitMessage]], batch_id: int, ephemeral: bool) -> None:
         staged = [m.staged for m in messages if m is not None and m.staged is not None]
-        commit_staged(self._lm(), self.writer_id, batch_id, staged, ephemeral=ephemeral,
-                      lock_timeout=self.options.lock_timeout_s)
+        commit_staged(
+            self._lm(), self.writer_id, batch_id, staged, ephemeral=ephemeral, lock_timeout=self.options.lock_timeout_s
+        )
 
     def _abort(self, messages) -> None:
         names = [m.staged.name for m in messages if m is not None and m.staged is not None]

@@ -70,8 +70,9 @@ class ConcurrentAppendError(KafkaStorageError):
     """Another writer created the segment this append meant to create (object stores: a create-only
     write lost). Nothing of this append was written; reopen the log and retry."""
 
-    def __init__(self, message: str, *, topic: str | None = None, partition: int | None = None,
-                 offset: int | None = None):
+    def __init__(
+        self, message: str, *, topic: str | None = None, partition: int | None = None, offset: int | None = None
+    ):
         super().__init__(message)
         self.topic = topic
         self.partition = partition

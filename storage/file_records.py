@@ -20,8 +20,17 @@ import numpy as np
 
 from .errors import CorruptRecordError
 from .records.record_batch import (
-    ATTRIBUTES_OFFSET, COMPRESSION_CODEC_MASK, CRC_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, RECORD_BATCH_OVERHEAD, SCAN_BAD_LENGTH,
-    BatchScan, as_uint8, scan_batches,
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    SCAN_BAD_LENGTH,
+    BatchScan,
+    as_uint8,
+    scan_batches,
 )
 
 INT32_MAX = 2**31 - 1
@@ -46,8 +55,9 @@ def select_batches(chunk: BatchChunk, first: int, stop: int) -> BatchChunk:
     s = chunk.scan
     start = int(s.positions[first])
     end = int(s.positions[stop - 1] + s.sizes[stop - 1])
-    sub = BatchScan(positions=s.positions[first:stop] - start, headers=s.headers[first:stop].copy(),
-                    end=end - start, reason=0)
+    sub = BatchScan(
+        positions=s.positions[first:stop] - start, headers=s.headers[first:stop].copy(), end=end - start, reason=0
+    )
     return BatchChunk(chunk.buf[start:end], sub, chunk.base_position + start, chunk.source)
 
 
@@ -60,12 +70,23 @@ def bad_length_error(buf, at: int, base: int, max_batch_size: int, source: str) 
     length = struct.unpack_from(">i", buf, at + 8)[0] if len(buf) - at >= LOG_OVERHEAD else None
     return CorruptRecordError(
         f"batch length {length} is outside [{RECORD_BATCH_OVERHEAD - LOG_OVERHEAD}, "
-        f"{max_batch_size - LOG_OVERHEAD}] (max.message.bytes)", source=source, position=base + at)
+        f"{max_batch_size - LOG_OVERHEAD}] (max.message.bytes)",
+        source=source,
+        position=base + at,
+    )
 
 
-def iter_chunks(read: Callable[[int, int], bytes], start: int, end: int, *, max_batch_size: int, source: str,
-                first_chunk: int = FIRST_CHUNK_BYTES, keep_tail: bool = False,
-                tail_ok: bool = True) -> Iterator[BatchChunk]:
+def iter_chunks(
+    read: Callable[[int, int], bytes],
+    start: int,
+    end: int,
+    *,
+    max_batch_size: int,
+    source: str,
+    first_chunk: int = FIRST_CHUNK_BYTES,
+    keep_tail: bool = False,
+    tail_ok: bool = True,
+) -> Iterator[BatchChunk]:
     """Complete batches of the file bytes [start, end), read with `read(a, b)` in growing chunks.
 
     A batch length outside the limits raises. A batch that runs past `end` stops the walk quietly
@@ -90,12 +111,16 @@ def iter_chunks(read: Callable[[int, int], bytes], start: int, end: int, *, max_
             if not whole:
                 if tail_ok:
                     return  # a partial batch at the end: a torn tail, or a writer still appending
-                raise CorruptRecordError(f"partial batch: the file ends {end - pos} bytes into a batch, in a segment "
-                                         f"that is not the active one", source=source, position=pos)
+                raise CorruptRecordError(
+                    f"partial batch: the file ends {end - pos} bytes into a batch, in a segment "
+                    f"that is not the active one",
+                    source=source,
+                    position=pos,
+                )
         yield BatchChunk(buf, scan, pos, source)
         if scan.reason == SCAN_BAD_LENGTH:
             raise bad_length_error(buf, scan.end, pos, max_batch_size, source)
-        carry = buf[scan.end:] if keep_tail else b""
+        carry = buf[scan.end :] if keep_tail else b""
         pos += scan.end
         chunk = min(chunk * 4, MAX_CHUNK_BYTES)
 
@@ -109,8 +134,9 @@ def _read_on(read, have: bytes, pos: int, end: int) -> bytes:
     return have + read(pos + len(have), end)
 
 
-def check_headers(chunk: BatchChunk, *, prev_last: int | None, base_offset: int,
-                  upper: int | None = None) -> int | None:
+def check_headers(
+    chunk: BatchChunk, *, prev_last: int | None, base_offset: int, upper: int | None = None
+) -> int | None:
     """Check the headers of a chunk's batches (not their CRCs): magic 2, offsets increasing from
     prev_last and inside [base_offset, upper), lastOffsetDelta and recordCount consistent. Raises
     CorruptRecordError at the first bad batch; returns the chunk's last offset (prev_last if empty)."""
@@ -129,15 +155,28 @@ def check_headers(chunk: BatchChunk, *, prev_last: int | None, base_offset: int,
     problems = [
         (h["magic"] != MAGIC_V2, lambda i: f"unsupported magic {int(h['magic'][i])} (only v2 batches are supported)"),
         (codecs > MAX_CODEC, lambda i: f"unknown compression codec {int(codecs[i])}"),
-        ((deltas < 0) | (counts < 0) | (counts > deltas + 1),
-         lambda i: f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}"),
-        (base <= prev, lambda i: f"offsets out of order: batch {int(base[i])}..{int(last[i])} after offset {int(prev[i])}"),
-        ((base < base_offset) | (last - base_offset > INT32_MAX) | (last < base),
-         lambda i: f"batch offsets {int(base[i])}..{int(last[i])} do not fit the segment with base offset {base_offset}"),
+        (
+            (deltas < 0) | (counts < 0) | (counts > deltas + 1),
+            lambda i: f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}",
+        ),
+        (
+            base <= prev,
+            lambda i: f"offsets out of order: batch {int(base[i])}..{int(last[i])} after offset {int(prev[i])}",
+        ),
+        (
+            (base < base_offset) | (last - base_offset > INT32_MAX) | (last < base),
+            lambda i: (
+                f"batch offsets {int(base[i])}..{int(last[i])} do not fit the segment with base offset {base_offset}"
+            ),
+        ),
     ]
     if upper is not None:
-        problems.append((last >= upper, lambda i: f"batch offsets {int(base[i])}..{int(last[i])} reach the next "
-                                                  f"segment's base offset {upper}"))
+        problems.append(
+            (
+                last >= upper,
+                lambda i: f"batch offsets {int(base[i])}..{int(last[i])} reach the next segment's base offset {upper}",
+            )
+        )
     first = None
     for mask, _ in problems:
         bad = np.flatnonzero(mask)
@@ -145,7 +184,9 @@ def check_headers(chunk: BatchChunk, *, prev_last: int | None, base_offset: int,
             first = int(bad[0])
     if first is not None:
         message = next(m(first) for mask, m in problems if mask[first])
-        raise CorruptRecordError(message, source=chunk.source, position=chunk.base_position + int(scan.positions[first]))
+        raise CorruptRecordError(
+            message, source=chunk.source, position=chunk.base_position + int(scan.positions[first])
+        )
     return int(last[-1])
 
 
@@ -154,13 +195,17 @@ def crc_failures(buf, scan: BatchScan) -> np.ndarray:
     view = memoryview(as_uint8(buf))
     sizes = scan.sizes
     crcs = scan.headers["crc"]
-    bad = [i for i, p in enumerate(scan.positions.tolist())  # one C call per batch
-           if _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET:p + int(sizes[i])]) != int(crcs[i])]
+    bad = [
+        i
+        for i, p in enumerate(scan.positions.tolist())  # one C call per batch
+        if _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET : p + int(sizes[i])]) != int(crcs[i])
+    ]
     return np.asarray(bad, np.int64)
 
 
-def find_valid_batch(read: Callable[[int, int], bytes], start: int, end: int, *, max_batch_size: int,
-                     after_offset: int | None) -> int | None:
+def find_valid_batch(
+    read: Callable[[int, int], bytes], start: int, end: int, *, max_batch_size: int, after_offset: int | None
+) -> int | None:
     """The file position of the first whole batch in (start, end) whose CRC holds and whose baseOffset
     is above after_offset, searching every byte position; None if there is none. Recovery uses it to
     tell a torn tail (nothing valid follows) from damage in the middle of committed data."""
@@ -171,16 +216,23 @@ def find_valid_batch(read: Callable[[int, int], bytes], start: int, end: int, *,
         n = len(buf) - RECORD_BATCH_OVERHEAD
         if n <= 0:
             return None
-        cand = np.flatnonzero(buf[MAGIC_OFFSET:MAGIC_OFFSET + n] == MAGIC_V2)
+        cand = np.flatnonzero(buf[MAGIC_OFFSET : MAGIC_OFFSET + n] == MAGIC_V2)
         cand = cand[cand < min(n, RESYNC_WINDOW)]
         if cand.size:
-            lengths = (buf[cand + 8].astype(np.int64) << 24) | (buf[cand + 9].astype(np.int64) << 16) | (
-                buf[cand + 10].astype(np.int64) << 8) | buf[cand + 11].astype(np.int64)
-            ok = (lengths >= RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) & (lengths + LOG_OVERHEAD <= max_batch_size) & (
-                cand + LOG_OVERHEAD + lengths <= len(buf))
+            lengths = (
+                (buf[cand + 8].astype(np.int64) << 24)
+                | (buf[cand + 9].astype(np.int64) << 16)
+                | (buf[cand + 10].astype(np.int64) << 8)
+                | buf[cand + 11].astype(np.int64)
+            )
+            ok = (
+                (lengths >= RECORD_BATCH_OVERHEAD - LOG_OVERHEAD)
+                & (lengths + LOG_OVERHEAD <= max_batch_size)
+                & (cand + LOG_OVERHEAD + lengths <= len(buf))
+            )
             for c, length in zip(cand[ok].tolist(), lengths[ok].tolist()):
-                batch = buf[c:c + LOG_OVERHEAD + length]
-                stored = int.from_bytes(batch[CRC_OFFSET:CRC_OFFSET + 4].tobytes(), "big")
+                batch = buf[c : c + LOG_OVERHEAD + length]
+                stored = int.from_bytes(batch[CRC_OFFSET : CRC_OFFSET + 4].tobytes(), "big")
                 if _crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]) != stored:
                     continue
                 base = int.from_bytes(batch[:8].tobytes(), "big", signed=True)

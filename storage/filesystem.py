@@ -30,6 +30,7 @@ class Capabilities:
 class FileVersion(NamedTuple):
     """What a file or directory looked like (LogFileSystem.file_version): any change to it changes one field.
     A NamedTuple: a stream trigger makes two per partition, so construction and comparison stay in C."""
+
     inode: int
     size: int
     mtime_ns: int
@@ -47,25 +48,20 @@ class Appender(abc.ABC):
     """An open file positioned at its end: write, flush (optionally to stable storage), truncate."""
 
     @abc.abstractmethod
-    def write(self, data) -> None:
-        ...
+    def write(self, data) -> None: ...
 
     @abc.abstractmethod
-    def flush(self, fsync: bool = True) -> None:
-        ...
+    def flush(self, fsync: bool = True) -> None: ...
 
     @abc.abstractmethod
-    def truncate(self, size: int) -> None:
-        ...
+    def truncate(self, size: int) -> None: ...
 
     @abc.abstractmethod
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
     @property
     @abc.abstractmethod
-    def size(self) -> int:
-        ...
+    def size(self) -> int: ...
 
 
 class FileReader:

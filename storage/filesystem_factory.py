@@ -20,4 +20,3 @@ def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogF
         return MemoryFileSystem(), "/" + rest.lstrip("/")
     # s3://, gs://, abfs://, ...: immutable objects
     return open_object_store(url, storage_options)
-

@@ -46,8 +46,9 @@ class AbstractIndex:
     entry_dtype: np.dtype
     key_field: str  # the field a lookup searches
 
-    def __init__(self, fs: LogFileSystem, path: str, base_offset: int, max_index_size: int,
-                 *, file_size: int | None = None):
+    def __init__(
+        self, fs: LogFileSystem, path: str, base_offset: int, max_index_size: int, *, file_size: int | None = None
+    ):
         self.fs = fs
         self.path = path
         self.base_offset = base_offset
@@ -146,12 +147,13 @@ class AbstractIndex:
         bad = np.flatnonzero(rel < 0)
         if bad.size:
             raise CorruptIndexError(
-                f"index file {self.fs.url(self.path)}: entry {first_slot + int(bad[0])} has negative relative offset")
+                f"index file {self.fs.url(self.path)}: entry {first_slot + int(bad[0])} has negative relative offset"
+            )
 
     def entry_array(self, start_slot: int = 0) -> np.ndarray:
         """Entries from start_slot to the end, loading them if needed."""
         self._load(start_slot)
-        return self._cache[start_slot - self._loaded_from:]
+        return self._cache[start_slot - self._loaded_from :]
 
     def _key_at(self, slot: int) -> int:
         self._load(slot)
@@ -247,7 +249,7 @@ class AbstractIndex:
             elif self.fs.exists(self.path):
                 self.fs.truncate(self.path, self.file_size)
         # invariant: _loaded_from <= _flushed, so pending entries are all in the cache
-        self._pending = bytearray(self._cache[self._flushed - self._loaded_from:].tobytes())
+        self._pending = bytearray(self._cache[self._flushed - self._loaded_from :].tobytes())
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to its entries (Kafka preallocates; a file from Kafka may carry zeros)."""
@@ -270,7 +272,8 @@ class AbstractIndex:
         url = self.fs.url(self.path)
         if self.file_size % self.entry_size:
             raise CorruptIndexError(
-                f"index file {url} has size {self.file_size}, not a multiple of entry size {self.entry_size}")
+                f"index file {url} has size {self.file_size}, not a multiple of entry size {self.entry_size}"
+            )
         if self._entries:
             self._check_last_entry(log_size)
 
@@ -308,7 +311,8 @@ class OffsetIndex(AbstractIndex):
         if self._entries and offset <= self.last_offset:
             raise CorruptIndexError(
                 f"attempt to append offset {offset} to {self.fs.url(self.path)}, "
-                f"no larger than the last offset {self.last_offset}")
+                f"no larger than the last offset {self.last_offset}"
+            )
         self._append_entry(offset - self.base_offset, position)
 
     def append_entries(self, offsets: np.ndarray, positions: np.ndarray) -> None:
@@ -320,7 +324,8 @@ class OffsetIndex(AbstractIndex):
         if self._entries and int(offsets[0]) <= self.last_offset:
             raise CorruptIndexError(
                 f"attempt to append offset {int(offsets[0])} to {self.fs.url(self.path)}, "
-                f"no larger than the last offset {self.last_offset}")
+                f"no larger than the last offset {self.last_offset}"
+            )
         rows = np.empty(len(offsets), self.entry_dtype)
         rows["relative_offset"] = np.asarray(offsets, np.int64) - self.base_offset
         rows["position"] = positions
@@ -348,11 +353,13 @@ class OffsetIndex(AbstractIndex):
         if last.offset < self.base_offset:
             raise CorruptIndexError(
                 f"corrupt index found, index file ({self.fs.url(self.path)}) has non-zero size but the last "
-                f"offset is {last.offset} which is less than the base offset {self.base_offset}")
+                f"offset is {last.offset} which is less than the base offset {self.base_offset}"
+            )
         if log_size is not None and last.position >= max(log_size, 1):
             raise CorruptIndexError(
                 f"index file {self.fs.url(self.path)}: last entry points at position {last.position}, "
-                f"beyond the log's {log_size} bytes")
+                f"beyond the log's {log_size} bytes"
+            )
 
 
 class TimeIndex(AbstractIndex):
@@ -391,7 +398,8 @@ class TimeIndex(AbstractIndex):
         last = self.last_entry
         if self._entries and offset < last.offset:
             raise CorruptIndexError(
-                f"attempt to append offset {offset} to {self.fs.url(self.path)}, smaller than {last.offset}")
+                f"attempt to append offset {offset} to {self.fs.url(self.path)}, smaller than {last.offset}"
+            )
         if timestamp > last.timestamp:
             self._append_entry(timestamp, offset - self.base_offset)
 
@@ -424,4 +432,5 @@ class TimeIndex(AbstractIndex):
         if last.offset < self.base_offset:
             raise CorruptIndexError(
                 f"corrupt time index found, time index file ({self.fs.url(self.path)}) has non-zero size but "
-                f"the last offset is {last.offset} which is less than the base offset {self.base_offset}")
+                f"the last offset is {last.offset} which is less than the base offset {self.base_offset}"
+            )

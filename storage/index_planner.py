@@ -28,8 +28,7 @@ class IndexState:
 SMALL_PLAN = 64  # runs of up to this many batches are planned in plain Python (no numba load)
 
 
-def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_off,
-          last_time_entry):
+def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since, max_ts, max_ts_off, last_time_entry):
     """The planner: plain Python for a few batches, `_plan_kernel()` (the same code, compiled) for more."""
     n = len(positions)
     off_offsets = np.empty(n, np.int64)
@@ -53,8 +52,16 @@ def _plan(positions, sizes, last_offsets, max_timestamps, interval, bytes_since,
                 last_time_entry = max_ts
             bytes_since = 0
         bytes_since += sizes[i]
-    return (off_offsets[:n_off], off_positions[:n_off], t_timestamps[:n_time], t_offsets[:n_time],
-            bytes_since, max_ts, max_ts_off, last_time_entry)
+    return (
+        off_offsets[:n_off],
+        off_positions[:n_off],
+        t_timestamps[:n_time],
+        t_offsets[:n_time],
+        bytes_since,
+        max_ts,
+        max_ts_off,
+        last_time_entry,
+    )
 
 
 _plan_kernel = lazy_kernel(_plan, nogil=True)  # _plan compiled by numba (cached on disk), made on first use
@@ -67,13 +74,25 @@ class IndexPlan:
     state: IndexState
 
 
-def plan_index_entries(positions: np.ndarray, sizes: np.ndarray, last_offsets: np.ndarray,
-                       max_timestamps: np.ndarray, interval: int, state: IndexState) -> IndexPlan:
+def plan_index_entries(
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    last_offsets: np.ndarray,
+    max_timestamps: np.ndarray,
+    interval: int,
+    state: IndexState,
+) -> IndexPlan:
     """Index entries for batches at absolute `positions` in a segment, given the running state."""
     plan = _plan if len(positions) <= SMALL_PLAN else _plan_kernel()
-    out = plan(np.ascontiguousarray(positions, np.int64), np.ascontiguousarray(sizes, np.int64),
-                np.ascontiguousarray(last_offsets, np.int64), np.ascontiguousarray(max_timestamps, np.int64),
-                np.int64(interval), np.int64(state.bytes_since_last_entry), np.int64(state.max_timestamp),
-                np.int64(state.offset_of_max_timestamp), np.int64(state.last_time_entry))
-    return IndexPlan((out[0], out[1]), (out[2], out[3]),
-                     IndexState(int(out[4]), int(out[5]), int(out[6]), int(out[7])))
+    out = plan(
+        np.ascontiguousarray(positions, np.int64),
+        np.ascontiguousarray(sizes, np.int64),
+        np.ascontiguousarray(last_offsets, np.int64),
+        np.ascontiguousarray(max_timestamps, np.int64),
+        np.int64(interval),
+        np.int64(state.bytes_since_last_entry),
+        np.int64(state.max_timestamp),
+        np.int64(state.offset_of_max_timestamp),
+        np.int64(state.last_time_entry),
+    )
+    return IndexPlan((out[0], out[1]), (out[2], out[3]), IndexState(int(out[4]), int(out[5]), int(out[6]), int(out[7])))

@@ -141,7 +141,7 @@ class _LocalAppender(Appender):
         filled, taken, at = head, 0, first
         while at < first + whole:
             n = min(len(buf), first + whole - at) - filled
-            buf[filled:filled + n] = view[taken:taken + n]
+            buf[filled : filled + n] = view[taken : taken + n]
             taken += n
             filled += n
             try:
@@ -306,7 +306,7 @@ class LocalFileSystem(LogFileSystem):
                 raise KafkaStorageError(f"{path}: write_at {int(max(positions))} is past the end ({size})")
             view = memoryview(data)
             for i, pos in enumerate(positions):  # one pwrite per batch header, not per record
-                os.pwrite(fd, view[i * width:(i + 1) * width], int(pos))
+                os.pwrite(fd, view[i * width : (i + 1) * width], int(pos))
             if durable:
                 os.fsync(fd)
         finally:
@@ -423,8 +423,9 @@ class MemoryFileSystem(LogFileSystem):
             return []
         out = []
         for entry in self._fs.ls(path, detail=True):
-            out.append(FileInfo(self.basename(entry["name"]), int(entry.get("size") or 0),
-                                entry["type"] == "directory"))
+            out.append(
+                FileInfo(self.basename(entry["name"]), int(entry.get("size") or 0), entry["type"] == "directory")
+            )
         return out
 
     def size(self, path):
@@ -463,7 +464,7 @@ class MemoryFileSystem(LogFileSystem):
             for i, pos in enumerate(positions):
                 if int(pos) + width > len(buf):
                     raise KafkaStorageError(f"{self.url(path)}: write_at {int(pos)} is past the end ({len(buf)})")
-                buf[int(pos):int(pos) + width] = data[i * width:(i + 1) * width]
+                buf[int(pos) : int(pos) + width] = data[i * width : (i + 1) * width]
             self._fs.pipe_file(path, bytes(buf))
 
     def truncate(self, path, size):
@@ -509,6 +510,25 @@ class MemoryFileSystem(LogFileSystem):
 
 _wrap_methods(_LocalReader, ("__init__", "size", "read"))
 _wrap_methods(_LocalAppender, ("write", "flush", "truncate"))
-_wrap_methods(LocalFileSystem, ("isdir", "listdir", "size", "modified_times", "read", "modified_ms", "open_reader",
-                                "touch", "write_atomic", "create_exclusive", "write_at", "truncate", "rename",
-                                "delete", "delete_dir", "mkdirs", "sync_dir"))
+_wrap_methods(
+    LocalFileSystem,
+    (
+        "isdir",
+        "listdir",
+        "size",
+        "modified_times",
+        "read",
+        "modified_ms",
+        "open_reader",
+        "touch",
+        "write_atomic",
+        "create_exclusive",
+        "write_at",
+        "truncate",
+        "rename",
+        "delete",
+        "delete_dir",
+        "mkdirs",
+        "sync_dir",
+    ),
+)

@@ -36,8 +36,8 @@ def _unescape(field: str) -> str:
     """mountinfo writes space, tab, newline and backslash as octal escapes (\\040 ...)."""
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(field[i])
@@ -68,7 +68,8 @@ def mount_of(path: str, mounts: list[Mount]) -> Mount | None:
     for m in mounts:
         prefix = m.point.rstrip("/") + "/"
         if (path == m.point or path.startswith(prefix) or m.point == "/") and (
-                best is None or len(m.point) >= len(best.point)):
+            best is None or len(m.point) >= len(best.point)
+        ):
             best = m
     return best
 
@@ -80,8 +81,10 @@ def unsafe_reason(m: Mount) -> str | None:
             return "an NFS mount whose locks are local to each client (nolock / local_lock)"
         return None
     if m.fstype.startswith("fuse.") and m.fstype[5:] in OBJECT_STORE_FUSE:
-        return (f"a FUSE mount of an object store ({m.fstype[5:]}): its locks are per machine and its renames "
-                f"are copies; give the store's own URL (s3://..., gs://...) as ROOT instead")
+        return (
+            f"a FUSE mount of an object store ({m.fstype[5:]}): its locks are per machine and its renames "
+            f"are copies; give the store's own URL (s3://..., gs://...) as ROOT instead"
+        )
     return None
 
 
@@ -113,6 +116,8 @@ def check_lockable(path: str) -> None:
     d = os.path.dirname(os.path.realpath(path))
     problem = _check_device(os.stat(d).st_dev, d)
     if problem:
-        raise KafkaStorageError(f"refusing to write {path}: {problem}, so two writers on different machines "
-                                f"could both hold its lock and corrupt the log. Set {ALLOW_ENV}=1 only if every "
-                                f"process that writes this ROOT runs on one machine.")
+        raise KafkaStorageError(
+            f"refusing to write {path}: {problem}, so two writers on different machines "
+            f"could both hold its lock and corrupt the log. Set {ALLOW_ENV}=1 only if every "
+            f"process that writes this ROOT runs on one machine."
+        )

@@ -20,14 +20,23 @@ from .filesystem import LogFileSystem
 from .objects.immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
 from .log_validator import (
-    assign_offsets, check_built, check_timestamps, maybe_recompress, stamp_log_append_time, validate_input,
+    assign_offsets,
+    check_built,
+    check_timestamps,
+    maybe_recompress,
+    stamp_log_append_time,
+    validate_input,
 )
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .producer_state import read_hint
 from .records.record_batch import BatchScan
 from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TopicPartition,
+    segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -67,9 +76,21 @@ def now_ms() -> int:
 class Log:
     """A partition's log. Readers share it freely; only a writable Log (holding the partition lock) appends."""
 
-    def __init__(self, fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig,
-                 segments: list[LogSegment], *, log_start_offset: int, recovery_point: int, next_offset: int,
-                 writable: bool, lock: contextlib.ExitStack | None = None, on_close=None):
+    def __init__(
+        self,
+        fs: LogFileSystem,
+        dir: str,
+        tp: TopicPartition,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        writable: bool,
+        lock: contextlib.ExitStack | None = None,
+        on_close=None,
+    ):
         self.fs = fs
         self.dir = dir
         self.tp = tp
@@ -134,16 +155,20 @@ class Log:
         return self.config.max_message_bytes
 
     def __repr__(self) -> str:
-        return (f"Log({self.tp.topic}-{self.tp.partition}, logStartOffset={self.log_start_offset}, "
-                f"logEndOffset={self._next_offset}, segments={len(self._segments)})")
+        return (
+            f"Log({self.tp.topic}-{self.tp.partition}, logStartOffset={self.log_start_offset}, "
+            f"logEndOffset={self._next_offset}, segments={len(self._segments)})"
+        )
 
     # ------------------------------------------------------------------ appending
     def _require_writable(self) -> None:
         if not self.writable or self.closed:
             raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition} is not open for writing")
         if self._lost_race:
-            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: another writer appended since this log "
-                                    f"was opened (ConcurrentAppendError); reopen it to append")
+            raise KafkaStorageError(
+                f"{self.tp.topic}-{self.tp.partition}: another writer appended since this log "
+                f"was opened (ConcurrentAppendError); reopen it to append"
+            )
 
     def append(self, records, *, now: int | None = None, built: BatchScan | None = None) -> LogAppendInfo:
         """Append encoded batches (offsets in them are ignored): validate, assign offsets, roll, index.
@@ -157,8 +182,12 @@ class Log:
         self._require_writable()
         now = now_ms() if now is None else now
         where = f"append to {self.tp.topic}-{self.tp.partition}"
-        if isinstance(records, bytearray) or (isinstance(records, np.ndarray) and records.dtype == np.uint8
-                                              and records.flags.writeable and records.flags.c_contiguous):
+        if isinstance(records, bytearray) or (
+            isinstance(records, np.ndarray)
+            and records.dtype == np.uint8
+            and records.flags.writeable
+            and records.flags.c_contiguous
+        ):
             buf = records
         else:
             buf = bytearray(records)
@@ -186,8 +215,16 @@ class Log:
         n_records = int(scan.headers["record_count"].astype(np.int64).sum())
         self._unflushed_messages += n_records
         self._maybe_flush(now)
-        return LogAppendInfo(int(base_offsets[0]), int(last_offsets[-1]), int(max_ts[j]), int(last_offsets[j]),
-                             len(scan), n_records, scan.end, append_time)
+        return LogAppendInfo(
+            int(base_offsets[0]),
+            int(last_offsets[-1]),
+            int(max_ts[j]),
+            int(last_offsets[j]),
+            len(scan),
+            n_records,
+            scan.end,
+            append_time,
+        )
 
     def _append_runs(self, buf: bytearray, scan: BatchScan, now: int) -> None:
         """Group consecutive batches per segment, rolling where Kafka's shouldRoll would, and append each group.
@@ -211,11 +248,13 @@ class Log:
                 waited = int(max_ts[i]) - first_ts
             else:
                 waited = now - seg.created_ms
-            roll = (size_now > cfg.segment_bytes - int(sizes[i])
-                    or (size_now > 0 and waited > cfg.max_segment_ms)
-                    or seg.offset_index.entries + planned >= seg.offset_index.max_entries
-                    or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
-                    or int(last[i]) - seg.base_offset > 2**31 - 1)
+            roll = (
+                size_now > cfg.segment_bytes - int(sizes[i])
+                or (size_now > 0 and waited > cfg.max_segment_ms)
+                or seg.offset_index.entries + planned >= seg.offset_index.max_entries
+                or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
+                or int(last[i]) - seg.base_offset > 2**31 - 1
+            )
             if roll and size_now > 0:
                 if i > start:
                     part = select_batches(chunk, start, i)
@@ -234,8 +273,16 @@ class Log:
         """Immutable segments: the whole append becomes one segment object at the log end offset
         (see storage/objects/immutable_segment.py). A lost create leaves this Log unable to append."""
         try:
-            seg = create_segment_object(self.fs, self.dir, self.tp, self._next_offset, buf, scan,
-                                        self.config.index_interval_bytes, self.segment_kwargs())
+            seg = create_segment_object(
+                self.fs,
+                self.dir,
+                self.tp,
+                self._next_offset,
+                buf,
+                scan,
+                self.config.index_interval_bytes,
+                self.segment_kwargs(),
+            )
         except ConcurrentAppendError:
             self._lost_race = True
             raise
@@ -267,17 +314,22 @@ class Log:
             else:
                 active.rolled = True
             if self._bases and base <= self._bases[-1]:
-                raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
-                                        f"segment {self._bases[-1]} exists")
-            seg = LogSegment(self.fs, self.dir, base, log_size=0, index_size=0, time_index_size=0,
-                             **self.segment_kwargs())
+                raise KafkaStorageError(
+                    f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
+                    f"segment {self._bases[-1]} exists"
+                )
+            seg = LogSegment(
+                self.fs, self.dir, base, log_size=0, index_size=0, time_index_size=0, **self.segment_kwargs()
+            )
             self._segments.append(seg)
             self._bases.append(base)
             return seg
         self._retire_active_segment()
         if self._bases and base <= self._bases[-1]:
-            raise KafkaStorageError(f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
-                                    f"segment {self._bases[-1]} exists")
+            raise KafkaStorageError(
+                f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
+                f"segment {self._bases[-1]} exists"
+            )
         seg = LogSegment.create(self.fs, self.dir, base, **self.segment_kwargs())
         self.dir_changed = True
         if self.track_batches:
@@ -308,26 +360,34 @@ class Log:
         The caller made the staged bytes durable; the patched headers and the directory are synced here."""
         self._require_writable()
         if self.immutable:
-            raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition}: cannot adopt staged segments on this "
-                                    f"filesystem (it needs append, locks and atomic rename); append their bytes")
+            raise KafkaStorageError(
+                f"{self.tp.topic}-{self.tp.partition}: cannot adopt staged segments on this "
+                f"filesystem (it needs append, locks and atomic rename); append their bytes"
+            )
         if not staged:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         first = self._next_offset
         expected = 0
         for s in staged:
             if s.base_offset != expected or s.next_offset <= s.base_offset:
-                raise KafkaStorageError(f"staged segments in {self.fs.url(s.dir)} are not contiguous at "
-                                        f"offset {s.base_offset} (expected {expected}); nothing was appended")
+                raise KafkaStorageError(
+                    f"staged segments in {self.fs.url(s.dir)} are not contiguous at "
+                    f"offset {s.base_offset} (expected {expected}); nothing was appended"
+                )
             expected = s.next_offset
             src = self.fs.join(s.dir, segment_file_name(s.base_offset, LOG_FILE_SUFFIX))
             if self.fs.size(src) != s.size:
-                raise KafkaStorageError(f"staged segment {self.fs.url(src)} holds {self.fs.size(src)} bytes, its "
-                                        f"commit message says {s.size}; nothing was appended")
+                raise KafkaStorageError(
+                    f"staged segment {self.fs.url(src)} holds {self.fs.size(src)} bytes, its "
+                    f"commit message says {s.size}; nothing was appended"
+                )
         self._retire_active_segment()
         for s in staged:
             base = first + s.base_offset
-            names = [(segment_file_name(s.base_offset, sfx), segment_file_name(base, sfx))
-                     for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)]
+            names = [
+                (segment_file_name(s.base_offset, sfx), segment_file_name(base, sfx))
+                for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+            ]
             src_log = self.fs.join(s.dir, names[0][0])
             self.fs.write_at(src_log, s.positions, (s.base_offsets + first).astype(">i8").tobytes(), durable=True)
             for src, dst in names:  # the .log first: a crash leaves at most indexes to rebuild
@@ -342,14 +402,24 @@ class Log:
         self.flush()
         max_ts = [s.max_timestamp for s in staged]
         j = int(np.argmax(max_ts))
-        return LogAppendInfo(first, self._next_offset - 1, max_ts[j], -1, sum(len(s.positions) for s in staged),
-                             -1, sum(s.size for s in staged), -1)
+        return LogAppendInfo(
+            first,
+            self._next_offset - 1,
+            max_ts[j],
+            -1,
+            sum(len(s.positions) for s in staged),
+            -1,
+            sum(s.size for s in staged),
+            -1,
+        )
 
     def _maybe_flush(self, now: int) -> None:
         """Flush every append unless the topic sets flush.messages / flush.ms (no replicas to lean on)."""
         if self.config.flush_overridden:
-            due = (self._unflushed_messages >= self.config.flush_messages
-                   or now - self._last_flush_ms >= self.config.flush_ms)
+            due = (
+                self._unflushed_messages >= self.config.flush_messages
+                or now - self._last_flush_ms >= self.config.flush_ms
+            )
             if not due:
                 return
         self.flush()
@@ -403,7 +473,8 @@ class Log:
         if offset < self.log_start_offset or offset > self._next_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is out of range for {self.tp.topic}-{self.tp.partition}: "
-                f"log start offset {self.log_start_offset}, log end offset {self._next_offset}")
+                f"log start offset {self.log_start_offset}, log end offset {self._next_offset}"
+            )
 
     def read(self, start_offset: int, max_offset: int | None = None) -> Iterator[BatchChunk]:
         """Chunks of whole batches holding offsets [start_offset, max_offset) (end: the log end)."""
@@ -427,16 +498,24 @@ class Log:
         if self.tail_error is not None and (max_offset is None or max_offset > self._next_offset):
             raise self.tail_error  # everything before the damage was served; the damage is not skipped
 
-    def read_records(self, start_offset: int, max_offset: int | None = None, *,
-                     skip_control: bool = True) -> Iterator["pyarrow.RecordBatch"]:
+    def read_records(
+        self, start_offset: int, max_offset: int | None = None, *, skip_control: bool = True
+    ) -> Iterator["pyarrow.RecordBatch"]:
         """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA), with
         memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold."""
         from .records.decoder import iter_decoded
 
         for chunk in self.read(start_offset, max_offset):
-            for batch in iter_decoded(chunk.buf, scan=chunk.scan, source=chunk.source,
-                                      base_position=chunk.base_position, max_message_bytes=self.max_batch_size,
-                                      min_offset=start_offset, max_offset=max_offset, skip_control=skip_control):
+            for batch in iter_decoded(
+                chunk.buf,
+                scan=chunk.scan,
+                source=chunk.source,
+                base_position=chunk.base_position,
+                max_message_bytes=self.max_batch_size,
+                min_offset=start_offset,
+                max_offset=max_offset,
+                skip_control=skip_control,
+            ):
                 if batch.num_rows:
                     yield batch
 
@@ -510,8 +589,10 @@ class Log:
         if offset >= self._next_offset:
             return
         if offset < self.log_start_offset:
-            raise OffsetOutOfRangeError(f"cannot truncate {self.tp.topic}-{self.tp.partition} to {offset}, "
-                                        f"below the log start offset {self.log_start_offset}")
+            raise OffsetOutOfRangeError(
+                f"cannot truncate {self.tp.topic}-{self.tp.partition} to {offset}, "
+                f"below the log start offset {self.log_start_offset}"
+            )
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
             seg = self._segments.pop()
             self._bases.pop()
@@ -528,7 +609,8 @@ class Log:
         if new_start > self._next_offset:
             raise OffsetOutOfRangeError(
                 f"cannot move the log start offset of {self.tp.topic}-{self.tp.partition} to {new_start}, "
-                f"beyond the log end offset {self._next_offset}")
+                f"beyond the log end offset {self._next_offset}"
+            )
         if new_start <= self.log_start_offset:
             return False
         self.log_start_offset = new_start

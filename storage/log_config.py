@@ -140,51 +140,125 @@ def _k(name, type_, default, validator, doc):
 
 
 CONFIG_KEYS: tuple[ConfigKey, ...] = (
-    _k("cleanup.policy", "list", (CLEANUP_POLICY_DELETE,), ValidList((CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE)),
-       "Old-segment policy: delete (retention), compact (keep the last record per key), or both."),
-    _k("compression.gzip.level", "int", -1, LevelRange(1, 9, -1),
-       "gzip level when compression.type is gzip (-1: codec default)."),
+    _k(
+        "cleanup.policy",
+        "list",
+        (CLEANUP_POLICY_DELETE,),
+        ValidList((CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE)),
+        "Old-segment policy: delete (retention), compact (keep the last record per key), or both.",
+    ),
+    _k(
+        "compression.gzip.level",
+        "int",
+        -1,
+        LevelRange(1, 9, -1),
+        "gzip level when compression.type is gzip (-1: codec default).",
+    ),
     _k("compression.lz4.level", "int", 9, LevelRange(1, 17), "lz4 level when compression.type is lz4."),
-    _k("compression.type", "string", "producer",
-       ValidString(COMPRESSION_TYPES, " (a producer's 'none' is 'uncompressed' at topic level)"),
-       "Codec of stored batches; 'producer' keeps the producer's codec."),
+    _k(
+        "compression.type",
+        "string",
+        "producer",
+        ValidString(COMPRESSION_TYPES, " (a producer's 'none' is 'uncompressed' at topic level)"),
+        "Codec of stored batches; 'producer' keeps the producer's codec.",
+    ),
     _k("compression.zstd.level", "int", 3, LevelRange(-131072, 22), "zstd level when compression.type is zstd."),
-    _k("delete.retention.ms", "long", 86400000, Range(0),
-       "How long tombstones survive compaction (the delete horizon)."),
-    _k("file.delete.delay.ms", "long", 60000, Range(0),
-       "Wait before removing a segment's .deleted files, so readers in flight finish."),
+    _k(
+        "delete.retention.ms",
+        "long",
+        86400000,
+        Range(0),
+        "How long tombstones survive compaction (the delete horizon).",
+    ),
+    _k(
+        "file.delete.delay.ms",
+        "long",
+        60000,
+        Range(0),
+        "Wait before removing a segment's .deleted files, so readers in flight finish.",
+    ),
     _k("flush.messages", "long", LONG_MAX, Range(1), "Force an fsync after this many appended messages."),
     _k("flush.ms", "long", LONG_MAX, Range(0), "Force an fsync when this long has passed since the last one."),
     _k("index.interval.bytes", "int", 4096, Range(0), "Log bytes between offset-index entries."),
-    _k("max.compaction.lag.ms", "long", LONG_MAX, Range(1),
-       "Longest a record may stay uncompacted before its log is cleaned regardless of dirty ratio."),
-    _k("max.message.bytes", "int", 1048588, Range(MIN_BATCH_BYTES),
-       "Largest record batch accepted (after compression); also the bound on its decompressed records. At least "
-       "68, the smallest batch (Kafka accepts 0, with which nothing can be appended)."),
-    _k("message.downconversion.enable", "boolean", True, None,
-       "Kafka 3.x fetch down-conversion switch; accepted for compatibility, no effect here."),
-    _k("message.timestamp.after.max.ms", "long", LONG_MAX, Range(0),
-       "Largest allowed lead of a record timestamp over the append time (CreateTime)."),
-    _k("message.timestamp.before.max.ms", "long", LONG_MAX, Range(0),
-       "Largest allowed lag of a record timestamp behind the append time (CreateTime)."),
-    _k("message.timestamp.difference.max.ms", "long", LONG_MAX, Range(0),
-       "Deprecated in Kafka 3.6 for the before/after pair; accepted for compatibility."),
-    _k("message.timestamp.type", "string", "CreateTime", ValidString(TIMESTAMP_TYPES),
-       "Record timestamps: the producer's (CreateTime) or the append time (LogAppendTime)."),
-    _k("min.cleanable.dirty.ratio", "double", 0.5, Range(0, 1),
-       "Dirty fraction of a log above which the cleaner compacts it."),
+    _k(
+        "max.compaction.lag.ms",
+        "long",
+        LONG_MAX,
+        Range(1),
+        "Longest a record may stay uncompacted before its log is cleaned regardless of dirty ratio.",
+    ),
+    _k(
+        "max.message.bytes",
+        "int",
+        1048588,
+        Range(MIN_BATCH_BYTES),
+        "Largest record batch accepted (after compression); also the bound on its decompressed records. At least "
+        "68, the smallest batch (Kafka accepts 0, with which nothing can be appended).",
+    ),
+    _k(
+        "message.downconversion.enable",
+        "boolean",
+        True,
+        None,
+        "Kafka 3.x fetch down-conversion switch; accepted for compatibility, no effect here.",
+    ),
+    _k(
+        "message.timestamp.after.max.ms",
+        "long",
+        LONG_MAX,
+        Range(0),
+        "Largest allowed lead of a record timestamp over the append time (CreateTime).",
+    ),
+    _k(
+        "message.timestamp.before.max.ms",
+        "long",
+        LONG_MAX,
+        Range(0),
+        "Largest allowed lag of a record timestamp behind the append time (CreateTime).",
+    ),
+    _k(
+        "message.timestamp.difference.max.ms",
+        "long",
+        LONG_MAX,
+        Range(0),
+        "Deprecated in Kafka 3.6 for the before/after pair; accepted for compatibility.",
+    ),
+    _k(
+        "message.timestamp.type",
+        "string",
+        "CreateTime",
+        ValidString(TIMESTAMP_TYPES),
+        "Record timestamps: the producer's (CreateTime) or the append time (LogAppendTime).",
+    ),
+    _k(
+        "min.cleanable.dirty.ratio",
+        "double",
+        0.5,
+        Range(0, 1),
+        "Dirty fraction of a log above which the cleaner compacts it.",
+    ),
     _k("min.compaction.lag.ms", "long", 0, Range(0), "Shortest time a record stays uncompacted."),
     _k("min.insync.replicas", "int", 1, Range(1), "Replication setting; accepted for compatibility, no effect here."),
     _k("preallocate", "boolean", False, None, "Preallocate segment files; accepted, not used by this engine."),
     _k("retention.bytes", "long", -1, None, "Size a partition may grow to before old segments go; -1: no limit."),
-    _k("retention.ms", "long", 604800000, Range(-1),
-       "Age after which a segment is deleted (delete policy); -1: no time limit."),
+    _k(
+        "retention.ms",
+        "long",
+        604800000,
+        Range(-1),
+        "Age after which a segment is deleted (delete policy); -1: no time limit.",
+    ),
     _k("segment.bytes", "int", 1073741824, Range(14), "Largest segment file; a new segment rolls past it."),
     _k("segment.index.bytes", "int", 10485760, Range(4), "Largest offset/time index file of a segment."),
     _k("segment.jitter.ms", "long", 0, Range(0), "Random jitter subtracted from segment.ms per segment."),
     _k("segment.ms", "long", 604800000, Range(1), "Roll a new segment when the active one is this old."),
-    _k("unclean.leader.election.enable", "boolean", False, None,
-       "Replication setting; accepted for compatibility, no effect here."),
+    _k(
+        "unclean.leader.election.enable",
+        "boolean",
+        False,
+        None,
+        "Replication setting; accepted for compatibility, no effect here.",
+    ),
 )
 
 CONFIG_KEYS_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in CONFIG_KEYS}
@@ -335,7 +409,8 @@ class LogConfig:
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError(
                 f"conflicting topic config: min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
-                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
+            )
 
     # -- construction
     @classmethod
@@ -426,8 +501,11 @@ class LogConfig:
     def timestamp_type(self):
         from .records.record_batch import TimestampType
 
-        return TimestampType.LOG_APPEND_TIME if self.message_timestamp_type == "LogAppendTime" \
+        return (
+            TimestampType.LOG_APPEND_TIME
+            if self.message_timestamp_type == "LogAppendTime"
             else TimestampType.CREATE_TIME
+        )
 
     def create_time_bounds(self, now_ms: int) -> tuple[int, int] | None:
         """[lo, hi] a CreateTime record timestamp must fall in at append time (Kafka's LogValidator),

@@ -20,7 +20,7 @@ def log_dir_list(root) -> list[str]:
     if isinstance(root, (list, tuple)):
         parts = [str(p) for p in root]
     elif str(root).startswith(LOG_DIRS_PREFIX):
-        parts = [p.strip() for p in str(root)[len(LOG_DIRS_PREFIX):].split(",")]
+        parts = [p.strip() for p in str(root)[len(LOG_DIRS_PREFIX) :].split(",")]
     else:
         parts = [str(root)]
     if not parts or any(not p.strip() for p in parts):
@@ -41,8 +41,10 @@ def open_log_dirs(root, storage_options: dict | None, fs: LogFileSystem | None):
             if fs is None:
                 fs = f
             elif type(f) is not type(fs) or f.protocol != fs.protocol:
-                raise InvalidConfigError(f"log dirs {root!r}: {p!r} is not on the same kind of filesystem as "
-                                         f"{parts[0]!r}; every log dir must be")
+                raise InvalidConfigError(
+                    f"log dirs {root!r}: {p!r} is not on the same kind of filesystem as "
+                    f"{parts[0]!r}; every log dir must be"
+                )
         path = path.rstrip("/") or "/"
         if path in dirs:
             raise InvalidConfigError(f"log dirs {root!r}: {p!r} is listed twice")

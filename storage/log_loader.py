@@ -20,11 +20,18 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import (
-    CorruptIndexError, CorruptRecordError, KafkaStorageError, LogLockedError, UnknownTopicOrPartitionError,
+    CorruptIndexError,
+    CorruptRecordError,
+    KafkaStorageError,
+    LogLockedError,
+    UnknownTopicOrPartitionError,
 )
 from .filesystem import FileInfo, LogFileSystem
 from .objects.immutable_segment import (
-    check_exclusive_create, immutable_segments, next_offset_of, rebuild_indexes,
+    check_exclusive_create,
+    immutable_segments,
+    next_offset_of,
+    rebuild_indexes,
 )
 from .log import Log
 from .log_config import LogConfig
@@ -32,8 +39,15 @@ from .log_segment import LogSegment, segment_settings
 from .producer_state import producer_state_for
 from .segment_swap import LocalSwapPlan, cleaner_output_lock, object_swap_last_offset, plan_local_swaps
 from .topic_partition import (
-    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX, TopicPartition, parse_segment_file, segment_file_name,
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TopicPartition,
+    parse_segment_file,
+    segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -54,9 +68,20 @@ class LoadReport:
 
 
 class LogLoader:
-    def __init__(self, fs: LogFileSystem, dir: str, tp: TopicPartition, config: LogConfig, *,
-                 recovery_point: int = 0, log_start_offset: int = 0, writable: bool = False,
-                 lock_timeout: float | None = 30.0, now_ms: int | None = None, create_dir: bool = True):
+    def __init__(
+        self,
+        fs: LogFileSystem,
+        dir: str,
+        tp: TopicPartition,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        writable: bool = False,
+        lock_timeout: float | None = 30.0,
+        now_ms: int | None = None,
+        create_dir: bool = True,
+    ):
         self.fs = fs
         self.create_dir = create_dir  # False: the caller made sure the directory exists (LogManager)
         self.dir = dir
@@ -112,8 +137,11 @@ class LogLoader:
                     segments = [LogSegment.create(self.fs, self.dir, start, **self._kwargs())]
                     self.dir_changed = True
                 else:  # immutable: the empty active segment exists only in memory until an append creates it
-                    segments = [LogSegment(self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0,
-                                           **self._kwargs())]
+                    segments = [
+                        LogSegment(
+                            self.fs, self.dir, start, log_size=0, index_size=0, time_index_size=0, **self._kwargs()
+                        )
+                    ]
             last = segments[-1]
             tail_error = None
             if immutable:
@@ -124,16 +152,27 @@ class LogLoader:
                     raise tail_error  # below the recovery point, so not recovered: flushed data is damaged
             next_offset = max(next_offset, start)
             if immutable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
-                segments[-1] = LogSegment(self.fs, self.dir, next_offset, log_size=0, index_size=0,
-                                          time_index_size=0, **self._kwargs())
+                segments[-1] = LogSegment(
+                    self.fs, self.dir, next_offset, log_size=0, index_size=0, time_index_size=0, **self._kwargs()
+                )
             elif self.writable and segments[-1].size == 0 and segments[-1].base_offset != next_offset:
                 # an empty active segment below the log start offset: start afresh at it
                 segments[-1].delete()
                 segments[-1] = LogSegment.create(self.fs, self.dir, next_offset, **self._kwargs())
                 self.dir_changed = True
             recovery_point = min(max(self.recovery_point, start), next_offset) if not self.writable else next_offset
-            log = Log(self.fs, self.dir, self.tp, self.config, segments, log_start_offset=start,
-                      recovery_point=recovery_point, next_offset=next_offset, writable=self.writable, lock=lock)
+            log = Log(
+                self.fs,
+                self.dir,
+                self.tp,
+                self.config,
+                segments,
+                log_start_offset=start,
+                recovery_point=recovery_point,
+                next_offset=next_offset,
+                writable=self.writable,
+                lock=lock,
+            )
             log.tail_error = tail_error
             log.dir_changed = self.dir_changed
             if self.writable:
@@ -148,14 +187,17 @@ class LogLoader:
     def _gone(self) -> UnknownTopicOrPartitionError:
         return UnknownTopicOrPartitionError(
             f"partition {self.tp.topic}-{self.tp.partition}: directory {self.fs.url(self.dir)} no longer exists "
-            f"(the topic was deleted)")
+            f"(the topic was deleted)"
+        )
 
     # ------------------------------------------------------------------ leftovers
     def _clean_leftovers(self, files: list[FileInfo]) -> list[FileInfo]:
         """Finish or set aside `.swap` files first (their originals may be `.deleted` files that must not
         go yet), then remove `.cleaned` and temp files, index swaps, and `.deleted` files past their delay."""
-        if any(p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
-               for p in (parse_segment_file(f.name) for f in files if not f.is_dir)):
+        if any(
+            p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
+            for p in (parse_segment_file(f.name) for f in files if not f.is_dir)
+        ):
             self._apply_swap_plan(plan_local_swaps(self.fs, self.dir, files, self._kwargs()))
             files = self.fs.listdir(self.dir)
         keep: list[FileInfo] = []
@@ -213,8 +255,12 @@ class LogLoader:
         self.dir_changed = True
         for b, error in plan.damaged:
             src = fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))
-            log.warning("%s: set aside as %s.damaged; the segments it would have replaced stay: %s",
-                        fs.url(src), fs.basename(src), error)
+            log.warning(
+                "%s: set aside as %s.damaged; the segments it would have replaced stay: %s",
+                fs.url(src),
+                fs.basename(src),
+                error,
+            )
             fs.rename(src, src + ".damaged")
             self.report.removed.append(fs.basename(src))
         for b in plan.restores:
@@ -222,8 +268,11 @@ class LogLoader:
                 src = fs.join(d, segment_file_name(b, suffix, DELETED_FILE_SUFFIX))
                 if fs.exists(src):
                     fs.rename(src, src[: -len(DELETED_FILE_SUFFIX)])
-            log.warning("%s: brought back from %s (the swap that moved it is damaged)",
-                        fs.url(fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX))), DELETED_FILE_SUFFIX)
+            log.warning(
+                "%s: brought back from %s (the swap that moved it is damaged)",
+                fs.url(fs.join(d, segment_file_name(b, LOG_FILE_SUFFIX))),
+                DELETED_FILE_SUFFIX,
+            )
         for b, _, covered in plan.installs:
             for x in covered:
                 for suffix in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
@@ -253,7 +302,7 @@ class LogLoader:
             elif parsed.suffix in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
                 indexes[(parsed.base_offset, parsed.suffix)] = f.size
         if self.writable and not immutable:  # immutable: an index may precede its .log in a listing mid-delete
-            for (base, suffix) in list(indexes):
+            for base, suffix in list(indexes):
                 if base not in logs:  # Kafka: an orphaned index file is deleted
                     self._remove(self.fs.join(self.dir, f"{base:020d}{suffix}"))
         if immutable:
@@ -269,8 +318,15 @@ class LogLoader:
                 continue
             idx = indexes.get((base, INDEX_FILE_SUFFIX))
             tidx = indexes.get((base, TIME_INDEX_FILE_SUFFIX))
-            seg = LogSegment(self.fs, self.dir, base, log_size=logs[base], index_size=idx or 0,
-                             time_index_size=tidx or 0, **self._kwargs())
+            seg = LogSegment(
+                self.fs,
+                self.dir,
+                base,
+                log_size=logs[base],
+                index_size=idx or 0,
+                time_index_size=tidx or 0,
+                **self._kwargs(),
+            )
             seg.needs_rebuild = idx is None or tidx is None
             # readers fall back to a scan on a bad index instead; so do immutable logs, where checking
             # every segment's index would cost a request each (their indexes are written whole)
@@ -288,26 +344,45 @@ class LogLoader:
         """A reader listing mid-swap (or after a crashed one) reads a finished, checked `.swap` in place of
         the segments it covers, whose files may already be `.deleted`; only a writer renames it. A
         damaged swap is passed over, and the originals it had moved are read from their `.deleted` files."""
-        if not any(p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
-                   for p in (parse_segment_file(f.name) for f in files if not f.is_dir)):
+        if not any(
+            p is not None and p.extra == SWAP_FILE_SUFFIX and p.suffix == LOG_FILE_SUFFIX
+            for p in (parse_segment_file(f.name) for f in files if not f.is_dir)
+        ):
             return {}, []
         plan = plan_local_swaps(self.fs, self.dir, files, self._kwargs())
         sizes = {f.name: f.size for f in files}
         view, ranges = {}, []
         for b, last, _ in plan.installs:
-            seg = LogSegment(self.fs, self.dir, b, file_suffix=SWAP_FILE_SUFFIX, index_size=0, time_index_size=0,
-                             log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)], **self._kwargs())
+            seg = LogSegment(
+                self.fs,
+                self.dir,
+                b,
+                file_suffix=SWAP_FILE_SUFFIX,
+                index_size=0,
+                time_index_size=0,
+                log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)],
+                **self._kwargs(),
+            )
             seg.needs_rebuild = True  # no index: reads scan this segment
             view[b] = seg
             ranges.append((b, last + 1))
         for b, error in plan.damaged:
-            log.warning("%s is damaged and is not read in place of the segments it would replace: %s",
-                        self.fs.url(self.fs.join(self.dir, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))),
-                        error)
+            log.warning(
+                "%s is damaged and is not read in place of the segments it would replace: %s",
+                self.fs.url(self.fs.join(self.dir, segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX))),
+                error,
+            )
         for b in plan.restores:
-            seg = LogSegment(self.fs, self.dir, b, file_suffix=DELETED_FILE_SUFFIX, index_size=0, time_index_size=0,
-                             log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
-                             **self._kwargs())
+            seg = LogSegment(
+                self.fs,
+                self.dir,
+                b,
+                file_suffix=DELETED_FILE_SUFFIX,
+                index_size=0,
+                time_index_size=0,
+                log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
+                **self._kwargs(),
+            )
             seg.needs_rebuild = True
             view[b] = seg
         return view, ranges
@@ -330,11 +405,23 @@ class LogLoader:
             except FileNotFoundError:
                 continue  # completed since the listing
             except CorruptRecordError as e:
-                log.warning("%s is damaged and is not read in place of the segments it would replace (the "
-                            "maintenance job sets it aside): %s", self.fs.url(self.fs.join(self.dir, name)), e)
+                log.warning(
+                    "%s is damaged and is not read in place of the segments it would replace (the "
+                    "maintenance job sets it aside): %s",
+                    self.fs.url(self.fs.join(self.dir, name)),
+                    e,
+                )
                 continue
-            seg = LogSegment(self.fs, self.dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size, index_size=0,
-                             time_index_size=0, **self._kwargs())
+            seg = LogSegment(
+                self.fs,
+                self.dir,
+                base,
+                file_suffix=SWAP_FILE_SUFFIX,
+                log_size=size,
+                index_size=0,
+                time_index_size=0,
+                **self._kwargs(),
+            )
             view[base] = seg  # no index entries: reads scan it (it is short-lived)
             ranges.append((base, nxt))
         ranges.sort()
@@ -342,7 +429,8 @@ class LogLoader:
             if b2 < n1:
                 raise KafkaStorageError(
                     f"partition {self.tp.topic}-{self.tp.partition}: segment swaps at offsets {b1} and {b2} overlap in "
-                    f"{self.fs.url(self.dir)}: two maintenance jobs are at work on it; read again later")
+                    f"{self.fs.url(self.dir)}: two maintenance jobs are at work on it; read again later"
+                )
         return view, ranges
 
     def _recover(self, segments: list[LogSegment]) -> list[LogSegment]:
@@ -355,7 +443,8 @@ class LogLoader:
             if seg.needs_rebuild or seg.base_offset >= rp:
                 result = seg.recover(tail_ok=is_last, upper=nxt)
                 (self.report.rebuilt_indexes if seg.needs_rebuild else self.report.recovered_segments).append(
-                    seg.base_offset)
+                    seg.base_offset
+                )
             elif nxt is None or nxt > rp:
                 result = seg.recover_from(rp, tail_ok=is_last, upper=nxt)
                 self.report.recovered_segments.append(seg.base_offset)
@@ -363,7 +452,12 @@ class LogLoader:
                 continue
             seg.needs_rebuild = False
             if result.truncated_bytes:
-                log.warning("truncated %d bytes of %s at position %d: %s", result.truncated_bytes, seg.source,
-                            result.valid_bytes, result.error)
+                log.warning(
+                    "truncated %d bytes of %s at position %d: %s",
+                    result.truncated_bytes,
+                    seg.source,
+                    result.valid_bytes,
+                    result.error,
+                )
                 self.report.truncated.append((seg.source, result.truncated_bytes, result.error or ""))
         return segments

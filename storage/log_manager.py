@@ -18,12 +18,20 @@ import uuid
 from typing import Iterable
 
 from .checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
-    CorruptCheckpointError, OffsetCheckpointFile,
+    CLEANER_OFFSET_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
 )
 from .errors import (
-    InvalidConfigError, InvalidTopicError, KafkaStorageError, LogLockedError, OffsetOutOfRangeError,
-    TopicExistsError, UnknownTopicOrPartitionError,
+    InvalidConfigError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LogLockedError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
 )
 from .filesystem import LogFileSystem
 from .log import Log
@@ -31,17 +39,33 @@ from .log_config import LogConfig
 from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
 from .log_loader import LOCK_FILE, LogLoader
 from .log_retention import (
-    RetentionResult, delete_old_segments, plan_deletion, remove_expired_delete_dirs, remove_expired_deleted_files,
+    RetentionResult,
+    delete_old_segments,
+    plan_deletion,
+    remove_expired_delete_dirs,
+    remove_expired_deleted_files,
     write_delete_marker,
 )
 from .objects.segment_metadata import largest_timestamp
 from .topic_metadata import (
-    MAX_PARTITIONS, TOPIC_FILE_SUFFIX, TopicMetadata, read_topic_file, topic_file_name,
+    MAX_PARTITIONS,
+    TOPIC_FILE_SUFFIX,
+    TopicMetadata,
+    read_topic_file,
+    topic_file_name,
     topic_named_in,
 )
 from .topic_partition import (
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TopicPartition, deleted_dir_name, parse_log_dir_name,
-    partition_dir_name, segment_file_name, unify_collision_chars, validate_topic_name,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TopicPartition,
+    deleted_dir_name,
+    parse_log_dir_name,
+    partition_dir_name,
+    segment_file_name,
+    unify_collision_chars,
+    validate_topic_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -76,8 +100,10 @@ class LogManager:
     def __init__(self, root: str, storage_options: dict | None = None, *, fs: LogFileSystem | None = None):
         self.fs, self.log_dirs = open_log_dirs(root, storage_options, fs)
         self.root = self.log_dirs[0]  # the first log dir: topic files, the sink's staging files
-        self._checkpoints = {d: {name: OffsetCheckpointFile(self.fs, self.fs.join(d, name)) for name in CHECKPOINT_FILES}
-                             for d in self.log_dirs}
+        self._checkpoints = {
+            d: {name: OffsetCheckpointFile(self.fs, self.fs.join(d, name)) for name in CHECKPOINT_FILES}
+            for d in self.log_dirs
+        }
         self.recovery_checkpoint = self._checkpoints[self.root][RECOVERY_POINT_CHECKPOINT_FILE]
         self.log_start_checkpoint = self._checkpoints[self.root][LOG_START_OFFSET_CHECKPOINT_FILE]
         self._memo: dict | None = None  # inside snapshot(): what was read, reused
@@ -184,8 +210,9 @@ class LogManager:
 
     def _names(self, log_dir: str, dirs: bool) -> frozenset:
         """Names of the directories (dirs) or files in a log dir's listing (inside snapshot())."""
-        return self._memoized(("names", log_dir, dirs),
-                              lambda: frozenset(f.name for f in self._listing(log_dir) if f.is_dir == dirs))
+        return self._memoized(
+            ("names", log_dir, dirs), lambda: frozenset(f.name for f in self._listing(log_dir) if f.is_dir == dirs)
+        )
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         """Validate, persist the topic file with a create-only write, and make the partition directories.
@@ -195,8 +222,9 @@ class LogManager:
         validate_topic_name(topic)
         self.forget_snapshot()
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidConfigError(f"topic {topic}: the partition count must be an integer from 1 to "
-                                     f"{MAX_PARTITIONS}, got {partitions!r}")
+            raise InvalidConfigError(
+                f"topic {topic}: the partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}"
+            )
         cfg = LogConfig.from_dict(config or {})
         if self._partition_dirs().get(topic) or self._topic_files(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
@@ -248,11 +276,13 @@ class LogManager:
 
     def _listing(self, log_dir: str) -> list:
         """A log dir's entries ([] when it does not exist)."""
+
         def load():
             try:
                 return self.fs.listdir(log_dir)
             except FileNotFoundError:
                 return []
+
         return self._memoized(("listdir", log_dir), load)
 
     def _live_dirs(self) -> dict[TopicPartition, list[str]]:
@@ -295,8 +325,7 @@ class LogManager:
                 except FileNotFoundError:
                     continue
                 except (ValueError, KeyError, TypeError) as e:
-                    raise InvalidConfigError(f"topic file {self.url(self.fs.join(d, f.name))} is not valid: "
-                                             f"{e}") from e
+                    raise InvalidConfigError(f"topic file {self.url(self.fs.join(d, f.name))} is not valid: {e}") from e
                 if topic_file_name(name) == f.name:
                     names.add(name)
         return sorted(names)
@@ -338,8 +367,10 @@ class LogManager:
         name = partition_dir_name(tp)
         found = [self.fs.join(d, name) for d in self.log_dirs if self._has(d, name, True)]
         if len(found) > 1:
-            raise KafkaStorageError(f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
-                                    f"{self.url(found[0])} and {self.url(found[1])}; remove one of them")
+            raise KafkaStorageError(
+                f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
+                f"{self.url(found[0])} and {self.url(found[1])}; remove one of them"
+            )
         return found[0] if found else None
 
     def partition_dir(self, tp: TopicPartition) -> str:
@@ -360,7 +391,8 @@ class LogManager:
         meta = self.topic(tp.topic)
         if not 0 <= tp.partition < meta.partitions:
             raise UnknownTopicOrPartitionError(
-                f"partition {tp.partition} does not exist: topic '{tp.topic}' has {meta.partitions} partition(s)")
+                f"partition {tp.partition} does not exist: topic '{tp.topic}' has {meta.partitions} partition(s)"
+            )
         return meta
 
     def _create_partition_dir(self, tp: TopicPartition) -> str:
@@ -374,8 +406,14 @@ class LogManager:
         self.forget_snapshot()
         return path
 
-    def open_log(self, tp: TopicPartition, *, writable: bool = False, lock_timeout: float | None = 30.0,
-                 config: LogConfig | None = None) -> Log:
+    def open_log(
+        self,
+        tp: TopicPartition,
+        *,
+        writable: bool = False,
+        lock_timeout: float | None = 30.0,
+        config: LogConfig | None = None,
+    ) -> Log:
         """Load a partition. A writable Log holds the partition lock until close() and records the
         recovery point and log start offset in its log dir's checkpoint files when it closes."""
         meta = self._check_partition(tp)
@@ -389,8 +427,9 @@ class LogManager:
                 # The topic file is looked up again so a topic deleted since topic() read it stays unknown.
                 dir = self.partition_dir(tp)
             else:
-                raise UnknownTopicOrPartitionError(f"partition directory {self.url(self.partition_dir(tp))} "
-                                                   f"does not exist")
+                raise UnknownTopicOrPartitionError(
+                    f"partition directory {self.url(self.partition_dir(tp))} does not exist"
+                )
         log_dir = self._log_dir_of_path(dir)
         files = self._checkpoints[log_dir]
         key = (tp.topic, tp.partition)
@@ -398,8 +437,17 @@ class LogManager:
         if recovery is None:
             recovery = self._memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
         start = self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(key, 0)
-        log = LogLoader(self.fs, dir, tp, config or meta.config, recovery_point=recovery, log_start_offset=start,
-                        writable=writable, lock_timeout=lock_timeout, create_dir=False).load()
+        log = LogLoader(
+            self.fs,
+            dir,
+            tp,
+            config or meta.config,
+            recovery_point=recovery,
+            log_start_offset=start,
+            writable=writable,
+            lock_timeout=lock_timeout,
+            create_dir=False,
+        ).load()
         if writable:
             log._on_close = self._record_checkpoints
         return log
@@ -413,7 +461,8 @@ class LogManager:
             log_dir = self._log_dir_of_path(path) if path is not None else self.root
         files = self._checkpoints[log_dir]
         return self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(
-            (tp.topic, tp.partition))
+            (tp.topic, tp.partition)
+        )
 
     def _record_checkpoints(self, log: Log) -> None:
         log_dir, key = self._log_dir_of_path(log.dir), (log.tp.topic, log.tp.partition)
@@ -473,7 +522,7 @@ class LogManager:
         """Drop a topic's entries from every checkpoint file. The caller holds the first log dir's lock."""
         self.forget_snapshot()
         for d in self.log_dirs:
-            with (contextlib.nullcontext() if d == self.root else self._dir_lock(d)):
+            with contextlib.nullcontext() if d == self.root else self._dir_lock(d):
                 for f in self._checkpoints[d].values():
                     cur = f.read()
                     kept = {k: v for k, v in cur.items() if k[0] != topic}
@@ -481,16 +530,21 @@ class LogManager:
                         f.write(kept)
 
     # ------------------------------------------------------------------ retention and delete-records
-    def apply_retention(self, tp: TopicPartition, *, now_ms: int | None = None,
-                        lock_timeout: float | None = 30.0) -> RetentionResult:
+    def apply_retention(
+        self, tp: TopicPartition, *, now_ms: int | None = None, lock_timeout: float | None = 30.0
+    ) -> RetentionResult:
         """One retention run on a partition (see storage/log_retention.py). The plan is made on a reader's
         view; the partition lock is taken only when there is something to delete, and re-plans under it."""
         now = _now_ms() if now_ms is None else now_ms
         with self.open_log(tp) as log:
             if not plan_deletion(log, now_ms=now):
-                return RetentionResult(tp, bytes_before=log.size, bytes_after=log.size,
-                                       log_start_offset_before=log.log_start_offset,
-                                       log_start_offset=log.log_start_offset)
+                return RetentionResult(
+                    tp,
+                    bytes_before=log.size,
+                    bytes_after=log.size,
+                    log_start_offset_before=log.log_start_offset,
+                    log_start_offset=log.log_start_offset,
+                )
         with self.open_log(tp, writable=True, lock_timeout=lock_timeout) as log:
             return delete_old_segments(log, now_ms=now)  # close records the new log start offset
 
@@ -502,13 +556,14 @@ class LogManager:
         delay = self.topic(tp.topic).config.file_delete_delay_ms
         return remove_expired_deleted_files(self.fs, dir, delay, now_ms=now_ms)
 
-    def retention_pass(self, topics: Iterable[str] | None = None, *, now_ms: int | None = None,
-                       lock_timeout: float | None = 30.0) -> list[RetentionResult]:
+    def retention_pass(
+        self, topics: Iterable[str] | None = None, *, now_ms: int | None = None, lock_timeout: float | None = 30.0
+    ) -> list[RetentionResult]:
         """Retention and `.deleted` file removal for every partition (Kafka's log retention task). A partition
         whose lock stays taken is reported as skipped; topics deleted meanwhile are passed over."""
         now = _now_ms() if now_ms is None else now_ms
         results = []
-        for name in (self.topics() if topics is None else topics):
+        for name in self.topics() if topics is None else topics:
             try:
                 tps = self.partitions(name)
             except UnknownTopicOrPartitionError:
@@ -529,15 +584,18 @@ class LogManager:
         the high watermark here) and persist it; returns the new low watermark. Segments wholly below it go
         at the next retention run, as in Kafka. A lower offset than the current start changes nothing."""
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
-            raise OffsetOutOfRangeError(f"delete-records on topic '{tp.topic}' partition {tp.partition}: offset "
-                                        f"{offset!r} is not an offset >= 0 or -1 (the high watermark)")
+            raise OffsetOutOfRangeError(
+                f"delete-records on topic '{tp.topic}' partition {tp.partition}: offset "
+                f"{offset!r} is not an offset >= 0 or -1 (the high watermark)"
+            )
         with self.open_log(tp, writable=True, lock_timeout=lock_timeout) as log:
             target = log.log_end_offset if offset == -1 else offset
             if target > log.log_end_offset:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records of topic '{tp.topic}' partition {tp.partition} before offset {target}: "
                     f"it is beyond the log end offset (high watermark) {log.log_end_offset}; the log start "
-                    f"offset is {log.log_start_offset}")
+                    f"offset is {log.log_start_offset}"
+                )
             log.maybe_increment_log_start_offset(target)
             return log.log_start_offset  # close() persists it in log-start-offset-checkpoint
 
@@ -560,9 +618,11 @@ class LogManager:
                 try:
                     held.enter_context(self._lock(self.fs.join(path, LOCK_FILE), remaining))
                 except LogLockedError:
-                    raise LogLockedError(f"cannot delete topic '{topic}': partition {tp.partition} "
-                                         f"({self.url(path)}) is still locked by a writer after {lock_timeout}s; "
-                                         f"nothing was deleted") from None
+                    raise LogLockedError(
+                        f"cannot delete topic '{topic}': partition {tp.partition} "
+                        f"({self.url(path)}) is still locked by a writer after {lock_timeout}s; "
+                        f"nothing was deleted"
+                    ) from None
                 except FileNotFoundError:
                     continue  # renamed by a concurrent deletion
             with self._dir_lock(self.root):
@@ -573,8 +633,7 @@ class LogManager:
                         continue
                     dst = self.fs.join(self.fs.dirname(path), deleted_dir_name(tp))
                     _rename_dir(self.fs, path, dst)
-                    write_delete_marker(self.fs, dst, tp, delete_time_ms=now,
-                                        delay_ms=meta.config.file_delete_delay_ms)
+                    write_delete_marker(self.fs, dst, tp, delete_time_ms=now, delay_ms=meta.config.file_delete_delay_ms)
                     renamed.append(dst)
                 if self.fs.capabilities.fsync:
                     for d in self.log_dirs:
@@ -601,22 +660,34 @@ class LogManager:
         return out
 
     def _describe_into(self, out: dict, topics: Iterable[str] | None) -> None:
-        for name in (topics if topics is not None else self.topics()):
+        for name in topics if topics is not None else self.topics():
             meta = self.topic(name)
             t = {"topic": name, "partitions": [], "config": meta.config.overrides, "topicId": meta.topic_id}
             for tp in self.partitions(name):
                 dir = self._locate(tp)
                 if dir is None:
-                    t["partitions"].append({"partition": tp.partition, "logStartOffset": 0, "logEndOffset": 0,
-                                            "size": 0, "segments": []})
+                    t["partitions"].append(
+                        {"partition": tp.partition, "logStartOffset": 0, "logEndOffset": 0, "size": 0, "segments": []}
+                    )
                     continue
                 with self.open_log(tp) as log:
                     known = log.segment_metadata()  # object stores: no .timeindex GET per segment
-                    t["partitions"].append({
-                        "partition": tp.partition, "logDir": self.url(self._log_dir_of_path(dir)),
-                        "logStartOffset": log.log_start_offset, "logEndOffset": log.log_end_offset, "size": log.size,
-                        "segments": [{"baseOffset": s.base_offset, "size": s.size,
-                                      "largestTimestamp": largest_timestamp(s, known)} for s in log.segments if s.size
-                                     or s is log.active_segment],
-                    })
+                    t["partitions"].append(
+                        {
+                            "partition": tp.partition,
+                            "logDir": self.url(self._log_dir_of_path(dir)),
+                            "logStartOffset": log.log_start_offset,
+                            "logEndOffset": log.log_end_offset,
+                            "size": log.size,
+                            "segments": [
+                                {
+                                    "baseOffset": s.base_offset,
+                                    "size": s.size,
+                                    "largestTimestamp": largest_timestamp(s, known),
+                                }
+                                for s in log.segments
+                                if s.size or s is log.active_segment
+                            ],
+                        }
+                    )
             out["topics"].append(t)

@@ -59,8 +59,11 @@ class LogOffsetsCache:
         start = lm.checkpointed_log_start(tp)
         entry = self._entries.get(tp)
         if entry is not None:
-            if (entry.checkpointed_start == start and self._dir_version(fs, entry.dir) == entry.dir_version
-                    and fs.file_version(entry.active_log) == entry.log_version):
+            if (
+                entry.checkpointed_start == start
+                and self._dir_version(fs, entry.dir) == entry.dir_version
+                and fs.file_version(entry.active_log) == entry.log_version
+            ):
                 self.hits += 1
                 return entry.offsets
             del self._entries[tp]
@@ -75,8 +78,12 @@ class LogOffsetsCache:
         if isinstance(before, FileVersion):  # a stat: trusted once settled, with the active .log's own
             log_version = fs.file_version(active)
             settled = self.clock_ns() - SETTLE_NS
-            if not (log_version is not None and log_version.size == seen_size and before.mtime_ns < settled
-                    and log_version.mtime_ns < settled):
+            if not (
+                log_version is not None
+                and log_version.size == seen_size
+                and before.mtime_ns < settled
+                and log_version.mtime_ns < settled
+            ):
                 return found
         else:
             log_version = None

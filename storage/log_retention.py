@@ -21,7 +21,11 @@ from .log_config import LogConfig
 from .log_segment import LogSegment
 from .segment_swap import copy_if_present
 from .topic_partition import (
-    DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX, TopicPartition, parse_log_dir_name, parse_segment_file,
+    DELETED_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TopicPartition,
+    parse_log_dir_name,
+    parse_segment_file,
 )
 
 REASON_LOG_START_OFFSET = "log-start-offset"
@@ -61,7 +65,9 @@ def segment_largest_timestamp(seg: LogSegment) -> int:
     return ts
 
 
-def _passes(config: LogConfig, now_ms: int) -> Iterator[tuple[str, Callable[[list[LogSegment], int], Predicate | None]]]:
+def _passes(
+    config: LogConfig, now_ms: int
+) -> Iterator[tuple[str, Callable[[list[LogSegment], int], Predicate | None]]]:
     """(reason, make predicate from (segments, logStartOffset)) per pass; a None predicate skips the pass."""
 
     def below_log_start(segs: list[LogSegment], log_start: int) -> Predicate:
@@ -149,8 +155,9 @@ def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResu
     return result
 
 
-def delete_old_segment_objects(log: Log, record_log_start: Callable[[Log], None], *,
-                               now_ms: int | None = None) -> RetentionResult:
+def delete_old_segment_objects(
+    log: Log, record_log_start: Callable[[Log], None], *, now_ms: int | None = None
+) -> RetentionResult:
     """Retention on immutable segments (object stores: no rename, no lock), on a reader's or writer's Log.
 
     As Kafka orders it: the log start offset moves first and `record_log_start(log)` checkpoints it; then
@@ -168,7 +175,7 @@ def delete_old_segment_objects(log: Log, record_log_start: Callable[[Log], None]
     while k < len(objects) and objects[k].base_offset in doomed_bases:
         k += 1
     new_start = objects[k].base_offset if k < len(objects) else log.log_end_offset
-    doomed = objects[:min(k, len(objects) - 1)]
+    doomed = objects[: min(k, len(objects) - 1)]
     result.rolled = bool(objects) and k == len(objects)
     if new_start > log.log_start_offset:
         log.log_start_offset = new_start
@@ -188,8 +195,7 @@ def delete_old_segment_objects(log: Log, record_log_start: Callable[[Log], None]
     return result
 
 
-def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegment], *,
-                           orphans_below: int = -1) -> None:
+def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegment], *, orphans_below: int = -1) -> None:
     """Copy each segment's objects to `.deleted` twins, then delete them (.log objects first, so no listing
     shows an index without its log). Idempotent: a missing object is skipped. Index objects below
     `orphans_below` whose .log is gone (a crash between the deletes) go the same way."""
@@ -202,8 +208,13 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
     names = {f.name for f in fs.listdir(dir) if not f.is_dir} if orphans_below > 0 else set()
     for name in sorted(names):
         p = parse_segment_file(name)
-        if p is not None and not p.extra and p.suffix != ".log" and p.base_offset < orphans_below \
-                and f"{p.base_offset:020d}.log" not in names:
+        if (
+            p is not None
+            and not p.extra
+            and p.suffix != ".log"
+            and p.base_offset < orphans_below
+            and f"{p.base_offset:020d}.log" not in names
+        ):
             path = fs.join(dir, name)
             if path not in indexes and copy_if_present(fs, path, path + DELETED_FILE_SUFFIX):
                 indexes.append(path)
@@ -211,8 +222,7 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
     fs.delete_many(indexes)
 
 
-def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
-                                 now_ms: int | None = None) -> list[str]:
+def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *, now_ms: int | None = None) -> list[str]:
     """Remove the `.deleted` segment files in a partition directory whose modification time is at least
     `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
     now = _now() if now_ms is None else now_ms
@@ -220,9 +230,14 @@ def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *,
     times = fs.modified_times(dir)
     swaps = [p.base_offset for p in map(parse_segment_file, times) if p is not None and p.extra == SWAP_FILE_SUFFIX]
     keep_from = min(swaps, default=None)  # an unfinished swap may still need the originals it moved
-    due = sorted(n for n, t in times.items() if now - t >= delay_ms
-                 and (p := parse_segment_file(n)) is not None and p.extra == DELETED_FILE_SUFFIX
-                 and (keep_from is None or p.base_offset < keep_from))
+    due = sorted(
+        n
+        for n, t in times.items()
+        if now - t >= delay_ms
+        and (p := parse_segment_file(n)) is not None
+        and p.extra == DELETED_FILE_SUFFIX
+        and (keep_from is None or p.base_offset < keep_from)
+    )
     fs.delete_many([fs.join(dir, n) for n in due])
     return due
 
@@ -235,8 +250,7 @@ DELETE_MARKER_FILE = "kafkalog-delete.json"
 MAX_MARKER_BYTES = 4096
 
 
-def write_delete_marker(fs: LogFileSystem, dir: str, tp: TopicPartition, *, delete_time_ms: int,
-                        delay_ms: int) -> None:
+def write_delete_marker(fs: LogFileSystem, dir: str, tp: TopicPartition, *, delete_time_ms: int, delay_ms: int) -> None:
     body = {"topic": tp.topic, "partition": tp.partition, "deleteTimeMs": delete_time_ms, "fileDeleteDelayMs": delay_ms}
     fs.write_atomic(fs.join(dir, DELETE_MARKER_FILE), json.dumps(body).encode() + b"\n")
 

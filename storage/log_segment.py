@@ -11,7 +11,14 @@ import numpy as np
 
 from .errors import CorruptIndexError, CorruptRecordError
 from .file_records import (
-    FIRST_CHUNK_BYTES, INT32_MAX, BatchChunk, check_headers, crc_failures, find_valid_batch, head, iter_chunks,
+    FIRST_CHUNK_BYTES,
+    INT32_MAX,
+    BatchChunk,
+    check_headers,
+    crc_failures,
+    find_valid_batch,
+    head,
+    iter_chunks,
     select_batches,
 )
 from .filesystem import Appender, LogFileSystem
@@ -19,18 +26,24 @@ from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .index_planner import IndexState, plan_index_entries
 from .records.record_batch import RECORD_BATCH_OVERHEAD, BatchScan, RecordBatchHeader, validate_batches
 from .topic_partition import (
-    DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
     offset_to_file_prefix,
 )
 
 log = logging.getLogger(__name__)
 
 
-
 def segment_settings(config) -> dict:
     """The LogSegment arguments a topic's LogConfig decides."""
-    return dict(index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
-                max_batch_size=config.max_message_bytes)
+    return dict(
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        max_batch_size=config.max_message_bytes,
+    )
 
 
 @dataclass
@@ -43,10 +56,21 @@ class RecoveryResult:
 class LogSegment:
     """Append and read one segment; recover it; roll it. All I/O goes through the filesystem seam."""
 
-    def __init__(self, fs: LogFileSystem, dir: str, base_offset: int, *, index_interval_bytes: int,
-                 max_index_size: int, max_batch_size: int, log_size: int | None = None,
-                 index_size: int | None = None, time_index_size: int | None = None, file_suffix: str = "",
-                 created_ms: int | None = None):
+    def __init__(
+        self,
+        fs: LogFileSystem,
+        dir: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        max_batch_size: int,
+        log_size: int | None = None,
+        index_size: int | None = None,
+        time_index_size: int | None = None,
+        file_suffix: str = "",
+        created_ms: int | None = None,
+    ):
         self.fs = fs
         self.dir = dir
         self.base_offset = base_offset
@@ -55,10 +79,12 @@ class LogSegment:
         self.max_batch_size = max_batch_size
         prefix = fs.join(dir, offset_to_file_prefix(base_offset))
         self.log_path = prefix + LOG_FILE_SUFFIX + file_suffix
-        self.offset_index = OffsetIndex(fs, prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size,
-                                        file_size=index_size)
-        self.time_index = TimeIndex(fs, prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset,
-                                    max_index_size, file_size=time_index_size)
+        self.offset_index = OffsetIndex(
+            fs, prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size, file_size=index_size
+        )
+        self.time_index = TimeIndex(
+            fs, prefix + TIME_INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size, file_size=time_index_size
+        )
         if log_size is None:
             log_size = fs.size(self.log_path) if fs.exists(self.log_path) else 0
         self._size = log_size
@@ -117,8 +143,10 @@ class LogSegment:
             try:
                 reader = self.fs.open_reader(self.log_path + DELETED_FILE_SUFFIX)
             except FileNotFoundError:
-                raise CorruptRecordError("segment was removed while being read (retention or compaction); "
-                                         "read again from a fresh listing", source=self.source) from None
+                raise CorruptRecordError(
+                    "segment was removed while being read (retention or compaction); read again from a fresh listing",
+                    source=self.source,
+                ) from None
             suffix = DELETED_FILE_SUFFIX
         self._reader = reader
         self.offset_index.open_reader(suffix)
@@ -131,15 +159,28 @@ class LogSegment:
         self.offset_index.release_reader()
         self.time_index.release_reader()
 
-    def iter_chunks(self, start_position: int = 0, end_position: int | None = None, *,
-                    first_chunk: int = FIRST_CHUNK_BYTES, tail_ok: bool | None = None) -> Iterator[BatchChunk]:
+    def iter_chunks(
+        self,
+        start_position: int = 0,
+        end_position: int | None = None,
+        *,
+        first_chunk: int = FIRST_CHUNK_BYTES,
+        tail_ok: bool | None = None,
+    ) -> Iterator[BatchChunk]:
         """Complete batches from start_position, read in growing chunks (see file_records.iter_chunks).
         A partial batch at the end stops quietly only in the active segment (tail_ok defaults to that);
         in a rolled one it is corruption. Headers are not checked here: see read_batches."""
         end = self._size if end_position is None else min(end_position, self._size)
-        return iter_chunks(self._read, start_position, end, max_batch_size=self.max_batch_size, source=self.source,
-                           first_chunk=first_chunk, keep_tail=self.fs.capabilities.remote_reads,
-                           tail_ok=not self.rolled if tail_ok is None else tail_ok)
+        return iter_chunks(
+            self._read,
+            start_position,
+            end,
+            max_batch_size=self.max_batch_size,
+            source=self.source,
+            first_chunk=first_chunk,
+            keep_tail=self.fs.capabilities.remote_reads,
+            tail_ok=not self.rolled if tail_ok is None else tail_ok,
+        )
 
     def _entry_for(self, offset: int) -> tuple[int, int | None]:
         """(position, entry offset) of the offset index's largest entry <= offset; (0, None) when there
@@ -156,20 +197,26 @@ class LogSegment:
         if entry.position == 0 and entry.offset == self.base_offset:
             return 0, None
         if not 0 <= entry.position < self._size or entry.offset < self.base_offset:
-            self._distrust_index(f"index entry {entry.offset} -> position {entry.position} of "
-                                 f"{self.fs.url(self.offset_index.path)} is outside the segment")
+            self._distrust_index(
+                f"index entry {entry.offset} -> position {entry.position} of "
+                f"{self.fs.url(self.offset_index.path)} is outside the segment"
+            )
             return 0, None
         return entry.position, entry.offset
 
     def _distrust_index(self, why: str) -> None:
         """A bad index entry: scan from the segment start instead, and have the next writer rebuild it."""
         if not self.needs_rebuild:
-            log.warning("%s; scanning %s from its start (the index is rebuilt when the log is next opened for "
-                        "writing)", why, self.source)
+            log.warning(
+                "%s; scanning %s from its start (the index is rebuilt when the log is next opened for writing)",
+                why,
+                self.source,
+            )
         self.needs_rebuild = True
 
-    def checked_chunks(self, start_offset: int, *, upper: int | None = None,
-                       first_chunk: int = FIRST_CHUNK_BYTES) -> Iterator[BatchChunk]:
+    def checked_chunks(
+        self, start_offset: int, *, upper: int | None = None, first_chunk: int = FIRST_CHUNK_BYTES
+    ) -> Iterator[BatchChunk]:
         """Chunks from the batch the offset index gives for start_offset (or the segment start) to the end,
         every header checked (file_records.check_headers against [base offset, upper)). An index entry
         that does not point at the start of a batch whose last offset it names is not obeyed: the scan
@@ -183,14 +230,18 @@ class LogSegment:
                     first = False
                     got = int(chunk.scan.last_offsets[0])
                     if chunk.scan.headers["magic"][0] != 2 or got != entry_offset:
-                        raise CorruptIndexError(f"index entry {entry_offset} -> position {position} of "
-                                                f"{self.fs.url(self.offset_index.path)} does not point at that batch")
+                        raise CorruptIndexError(
+                            f"index entry {entry_offset} -> position {position} of "
+                            f"{self.fs.url(self.offset_index.path)} does not point at that batch"
+                        )
                     prev_last = int(chunk.scan.headers["base_offset"][0]) - 1
                 prev_last = check_headers(chunk, prev_last=prev_last, base_offset=self.base_offset, upper=upper)
                 yield chunk
             if first and position:  # the entry points at or past the end
-                raise CorruptIndexError(f"index entry {entry_offset} -> position {position} of "
-                                        f"{self.fs.url(self.offset_index.path)} points past the data")
+                raise CorruptIndexError(
+                    f"index entry {entry_offset} -> position {position} of "
+                    f"{self.fs.url(self.offset_index.path)} points past the data"
+                )
         except (CorruptIndexError, CorruptRecordError) as e:
             if not position or not first and not isinstance(e, CorruptIndexError):
                 raise
@@ -211,8 +262,9 @@ class LogSegment:
                 return chunk.scan.header(i, chunk.base_position), chunk.base_position + int(chunk.scan.positions[i])
         return None
 
-    def read_batches(self, start_offset: int, max_offset: int | None = None, *,
-                     upper: int | None = None) -> Iterator[BatchChunk]:
+    def read_batches(
+        self, start_offset: int, max_offset: int | None = None, *, upper: int | None = None
+    ) -> Iterator[BatchChunk]:
         """Chunks of whole, header-checked batches from the batch holding start_offset up to the one holding
         max_offset-1, in one pass from the offset index's position (the batches before start_offset are
         dropped). `upper`: the next segment's base offset, which no batch here may reach."""
@@ -234,8 +286,9 @@ class LogSegment:
                     return
             yield chunk
 
-    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int, decode, *,
-                                 upper: int | None = None) -> int | None:
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int, decode, *, upper: int | None = None
+    ) -> int | None:
         """Earliest offset >= starting_offset whose record timestamp >= timestamp (Kafka ListOffsets).
 
         `decode(buf, scan)` decodes chunk records to an Arrow batch with offset/timestamp columns. The
@@ -262,8 +315,10 @@ class LogSegment:
                 return hit
         if not verify:
             return hit
-        self._distrust_index(f"time index entry {tuple(entry)} of {self.fs.url(self.time_index.path)} does not name "
-                             f"a batch with that last offset and max timestamp")
+        self._distrust_index(
+            f"time index entry {tuple(entry)} of {self.fs.url(self.time_index.path)} does not name "
+            f"a batch with that last offset and max timestamp"
+        )
         for chunk in self.checked_chunks_from_start(upper=upper):
             found = self._first_at_or_after(chunk, timestamp, starting_offset, decode)
             if found is not None:
@@ -294,8 +349,9 @@ class LogSegment:
             self._distrust_index(str(e))
             return TimestampOffset(-1, self.base_offset)
         if entry.timestamp >= 0 and entry.offset < self.base_offset:
-            self._distrust_index(f"time index entry {entry} of {self.fs.url(self.time_index.path)} is below the "
-                                 f"segment's base offset")
+            self._distrust_index(
+                f"time index entry {entry} of {self.fs.url(self.time_index.path)} is below the segment's base offset"
+            )
             return TimestampOffset(-1, self.base_offset)
         return entry
 
@@ -310,8 +366,10 @@ class LogSegment:
             return 0
         if self._starts_batch(entry.position, entry.offset):
             return entry.position
-        self._distrust_index(f"index entry {entry.offset} -> position {entry.position} of "
-                             f"{self.fs.url(self.offset_index.path)} does not point at that batch")
+        self._distrust_index(
+            f"index entry {entry.offset} -> position {entry.position} of "
+            f"{self.fs.url(self.offset_index.path)} does not point at that batch"
+        )
         return 0
 
     def _starts_batch(self, position: int, last_offset: int) -> bool:
@@ -322,8 +380,12 @@ class LogSegment:
         if len(raw) < RECORD_BATCH_OVERHEAD:
             return False
         h = RecordBatchHeader.read(raw)
-        return (h.magic == 2 and h.last_offset == last_offset and h.batch_length >= RECORD_BATCH_OVERHEAD - 12
-                and position + h.size_in_bytes <= self._size)
+        return (
+            h.magic == 2
+            and h.last_offset == last_offset
+            and h.batch_length >= RECORD_BATCH_OVERHEAD - 12
+            and position + h.size_in_bytes <= self._size
+        )
 
     def _load_index_state(self) -> IndexState:
         """Kafka keeps these in memory; we rebuild them from the index tail and the batches after it."""
@@ -337,8 +399,9 @@ class LogSegment:
             last_time = self.time_index.last_entry
         except CorruptIndexError:
             last_time = TimestampOffset(-1, self.base_offset)
-        state = IndexState(0, last_time.timestamp, last_time.offset if last_time.timestamp >= 0 else -1,
-                           last_time.timestamp)
+        state = IndexState(
+            0, last_time.timestamp, last_time.offset if last_time.timestamp >= 0 else -1, last_time.timestamp
+        )
         for chunk in self.iter_chunks(start, end_position):
             mts = chunk.scan.headers["max_timestamp"].astype(np.int64)
             if len(mts):
@@ -404,9 +467,14 @@ class LogSegment:
             return self.base_offset, None
         if crc_failures(tail.buf, tail.scan).size:
             h = tail.scan.header(0, tail.base_position)
-            return ((self.base_offset if good_last is None else good_last + 1),
-                    CorruptRecordError(f"CRC mismatch in the last batch, {h.base_offset}..{h.last_offset}",
-                                       source=self.source, position=h.position))
+            return (
+                (self.base_offset if good_last is None else good_last + 1),
+                CorruptRecordError(
+                    f"CRC mismatch in the last batch, {h.base_offset}..{h.last_offset}",
+                    source=self.source,
+                    position=h.position,
+                ),
+            )
         return int(tail.scan.last_offsets[-1]) + 1, None
 
     @property
@@ -418,8 +486,16 @@ class LogSegment:
                 self._rolling_based_timestamp = RecordBatchHeader.read(head).max_timestamp
         return self._rolling_based_timestamp
 
-    def should_roll(self, *, messages_size: int, max_timestamp: int, max_offset: int, segment_bytes: int,
-                    segment_ms: int, now_ms: int) -> bool:
+    def should_roll(
+        self,
+        *,
+        messages_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        segment_bytes: int,
+        segment_ms: int,
+        now_ms: int,
+    ) -> bool:
         """Kafka's LogSegment.shouldRoll for one incoming batch."""
         if self._size > segment_bytes - messages_size:
             return True
@@ -439,14 +515,21 @@ class LogSegment:
             return
         state = self._load_index_state()
         positions = scan.positions - int(scan.positions[0]) + self._size
-        plan = plan_index_entries(positions, scan.sizes, scan.last_offsets,
-                                  scan.headers["max_timestamp"].astype(np.int64), self.index_interval_bytes, state)
+        plan = plan_index_entries(
+            positions,
+            scan.sizes,
+            scan.last_offsets,
+            scan.headers["max_timestamp"].astype(np.int64),
+            self.index_interval_bytes,
+            state,
+        )
         if self._appender is None:
             self._appender = self.fs.open_appender(self.log_path, bulk=self.bulk_writes)
             if self._appender.size != self._size:
                 raise CorruptRecordError(
                     f"segment changed under us: expected {self._size} bytes, found {self._appender.size}",
-                    source=self.source)
+                    source=self.source,
+                )
         first, end = int(scan.positions[0]), int(scan.positions[-1] + scan.sizes[-1])
         self._appender.write(memoryview(buf)[first:end])
         self._size += end - first
@@ -517,8 +600,10 @@ class LogSegment:
             position = None
             end_of_complete, entry_offset = self._entry_for(offset - 1)
             if entry_offset is not None and not self._starts_batch(end_of_complete, entry_offset):
-                self._distrust_index(f"index entry {entry_offset} -> position {end_of_complete} of "
-                                     f"{self.fs.url(self.offset_index.path)} does not point at that batch")
+                self._distrust_index(
+                    f"index entry {entry_offset} -> position {end_of_complete} of "
+                    f"{self.fs.url(self.offset_index.path)} does not point at that batch"
+                )
                 return self.recover(tail_ok=tail_ok, upper=upper)
             for chunk in self.iter_chunks(end_of_complete, tail_ok=True):
                 bases = chunk.scan.headers["base_offset"].astype(np.int64)
@@ -538,8 +623,9 @@ class LogSegment:
             return self.recover(tail_ok=tail_ok, upper=upper)
         return self._recover_range(position, state, offset, tail_ok, upper, prepare=lambda: None)
 
-    def _recover_range(self, start: int, state: IndexState, expected_first: int | None, tail_ok: bool,
-                       upper: int | None, *, prepare) -> RecoveryResult:
+    def _recover_range(
+        self, start: int, state: IndexState, expected_first: int | None, tail_ok: bool, upper: int | None, *, prepare
+    ) -> RecoveryResult:
         """Validate batches from `start` (CRC, lengths, offsets), then rebuild the index entries after it.
 
         Only a torn tail is cut: a bad batch in the active segment (tail_ok) after which no valid batch
@@ -553,8 +639,13 @@ class LogSegment:
         try:
             for chunk in self.iter_chunks(start, tail_ok=True):
                 try:
-                    validate_batches(chunk.buf, chunk.scan, source=self.source, base_position=chunk.base_position,
-                                     expected_first_offset=prev_next)
+                    validate_batches(
+                        chunk.buf,
+                        chunk.scan,
+                        source=self.source,
+                        base_position=chunk.base_position,
+                        expected_first_offset=prev_next,
+                    )
                     self._check_offsets_in_range(chunk, upper)
                     good = len(chunk.scan)
                 except CorruptRecordError as e:
@@ -573,15 +664,27 @@ class LogSegment:
         truncated = self._size - valid
         if truncated:
             if not tail_ok:
-                raise CorruptRecordError(f"{error}; this segment is not the active one, so this is not a torn tail "
-                                         f"and nothing was truncated", source=self.source, position=valid)
-            follow = find_valid_batch(self._read, valid, self._size, max_batch_size=self.max_batch_size,
-                                      after_offset=None if prev_next is None else prev_next - 1)
+                raise CorruptRecordError(
+                    f"{error}; this segment is not the active one, so this is not a torn tail "
+                    f"and nothing was truncated",
+                    source=self.source,
+                    position=valid,
+                )
+            follow = find_valid_batch(
+                self._read,
+                valid,
+                self._size,
+                max_batch_size=self.max_batch_size,
+                after_offset=None if prev_next is None else prev_next - 1,
+            )
             if follow is not None:
                 raise CorruptRecordError(
                     f"{error}; a valid batch follows at position {follow}, so this is damage inside committed data, "
                     f"not a torn tail: nothing was truncated (move the segment aside, or cut it at position {valid} "
-                    f"to give up the records after it)", source=self.source, position=valid)
+                    f"to give up the records after it)",
+                    source=self.source,
+                    position=valid,
+                )
         prepare()
         for offs, poss, tss, toffs in entries:
             self.offset_index.append_entries(offs, poss)
@@ -597,15 +700,19 @@ class LogSegment:
     def _check_offsets_in_range(self, chunk: BatchChunk, upper: int | None = None) -> None:
         base = chunk.scan.headers["base_offset"].astype(np.int64)
         last = chunk.scan.last_offsets
-        bad = np.flatnonzero((base < self.base_offset) | (last - self.base_offset > INT32_MAX)
-                             | ((last >= upper) if upper is not None else False))
+        bad = np.flatnonzero(
+            (base < self.base_offset)
+            | (last - self.base_offset > INT32_MAX)
+            | ((last >= upper) if upper is not None else False)
+        )
         if bad.size:
             i = int(bad[0])
             raise CorruptRecordError(
                 f"batch offsets {int(base[i])}..{int(chunk.scan.last_offsets[i])} do not fit segment with base "
                 f"offset {self.base_offset}" + (f" (the next segment begins at {upper})" if upper is not None else ""),
                 source=self.source,
-                position=chunk.base_position + int(chunk.scan.positions[i]))
+                position=chunk.base_position + int(chunk.scan.positions[i]),
+            )
 
     def _valid_prefix(self, chunk: BatchChunk, expected_first: int | None, upper: int | None = None) -> int:
         """How many leading batches of a chunk pass validation (binary search on the failing one)."""
@@ -623,8 +730,14 @@ class LogSegment:
 
     def _plan_prefix(self, chunk: BatchChunk, n: int, state: IndexState, entries: list) -> IndexState:
         s = chunk.scan
-        plan = plan_index_entries(s.positions[:n] + chunk.base_position, s.sizes[:n], s.last_offsets[:n],
-                                  s.headers["max_timestamp"][:n].astype(np.int64), self.index_interval_bytes, state)
+        plan = plan_index_entries(
+            s.positions[:n] + chunk.base_position,
+            s.sizes[:n],
+            s.last_offsets[:n],
+            s.headers["max_timestamp"][:n].astype(np.int64),
+            self.index_interval_bytes,
+            state,
+        )
         entries.append((*plan.offset_entries, *plan.time_entries))
         return plan.state
 
@@ -644,8 +757,10 @@ class LogSegment:
             return 0
         header, position = found
         if header.base_offset < offset:
-            raise ValueError(f"offset {offset} is inside batch {header.base_offset}..{header.last_offset} of "
-                             f"{self.source}; truncation is by whole batches")
+            raise ValueError(
+                f"offset {offset} is inside batch {header.base_offset}..{header.last_offset} of "
+                f"{self.source}; truncation is by whole batches"
+            )
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         removed = self._size - position

@@ -17,11 +17,11 @@ def validate_input(buf: bytearray, max_batch_size: int, where: str) -> BatchScan
     """Whole, well-framed batches with valid CRCs, each within max.message.bytes."""
     scan = scan_batches(buf, max_batch_size=max_batch_size)
     if scan.reason == rb.SCAN_BAD_LENGTH:
-        size = int.from_bytes(buf[scan.end + 8:scan.end + 12], "big", signed=True) + rb.LOG_OVERHEAD
+        size = int.from_bytes(buf[scan.end + 8 : scan.end + 12], "big", signed=True) + rb.LOG_OVERHEAD
         if size > max_batch_size:
             raise RecordTooLargeError(
-                f"{where}: batch of {size} bytes at position {scan.end} exceeds max.message.bytes "
-                f"({max_batch_size})")
+                f"{where}: batch of {size} bytes at position {scan.end} exceeds max.message.bytes ({max_batch_size})"
+            )
         raise CorruptRecordError(f"{where}: invalid batch length", source=where, position=scan.end)
     if scan.end != len(buf):
         raise CorruptRecordError(f"{where}: trailing partial batch", source=where, position=scan.end)
@@ -33,14 +33,17 @@ def check_built(scan: BatchScan, size: int, max_batch_size: int, where: str) -> 
     """The scan an encoder handed over with its own bytes: it must cover them whole, each batch within
     max.message.bytes (the bytes themselves are trusted: this process just wrote them)."""
     if scan.end != size or scan.reason != rb.SCAN_OK:
-        raise CorruptRecordError(f"{where}: the encoder's scan covers {scan.end} of {size} bytes", source=where,
-                                 position=scan.end)
+        raise CorruptRecordError(
+            f"{where}: the encoder's scan covers {scan.end} of {size} bytes", source=where, position=scan.end
+        )
     if len(scan):
         sizes = scan.sizes
         i = int(np.argmax(sizes))
         if sizes[i] > max_batch_size:
-            raise RecordTooLargeError(f"{where}: batch of {int(sizes[i])} bytes at position {int(scan.positions[i])} "
-                                      f"exceeds max.message.bytes ({max_batch_size})")
+            raise RecordTooLargeError(
+                f"{where}: batch of {int(sizes[i])} bytes at position {int(scan.positions[i])} "
+                f"exceeds max.message.bytes ({max_batch_size})"
+            )
     return scan
 
 
@@ -63,12 +66,19 @@ def maybe_recompress(buf: bytearray, scan: BatchScan, config: LogConfig, where: 
         one = select_batches(whole, i, i + 1)
         h = scan.header(i)
         records = decode_batches(one.buf, scan=one.scan, max_message_bytes=max_batch_size, skip_control=False)
-        out += build_batch(records, compression=codec, base_offset=h.base_offset,
-                           timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                           producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                           partition_leader_epoch=h.partition_leader_epoch,
-                           is_transactional=h.is_transactional, delete_horizon_ms=h.delete_horizon_ms,
-                           now_ms=h.max_timestamp)
+        out += build_batch(
+            records,
+            compression=codec,
+            base_offset=h.base_offset,
+            timestamp_type=h.timestamp_type,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence,
+            partition_leader_epoch=h.partition_leader_epoch,
+            is_transactional=h.is_transactional,
+            delete_horizon_ms=h.delete_horizon_ms,
+            now_ms=h.max_timestamp,
+        )
     return out, validate_input(out, max_batch_size, where)
 
 
@@ -86,7 +96,8 @@ def check_timestamps(buf: bytearray, scan: BatchScan, config: LogConfig, now: in
         i = int(bad[0])
         raise InvalidTimestampError(
             f"{where}: timestamp {int(ts[i])} of record {i} of the append is out of range; it must be within "
-            f"[{bounds[0]}, {bounds[1]}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)")
+            f"[{bounds[0]}, {bounds[1]}] (message.timestamp.before.max.ms / message.timestamp.after.max.ms)"
+        )
 
 
 def assign_offsets(buf: bytearray, scan: BatchScan, next_offset: int) -> np.ndarray:

@@ -50,4 +50,5 @@ def check_directory_id(fs: LogFileSystem, log_dir: str, expected: str | None) ->
             f"log dir {fs.url(log_dir)} on host {socket.gethostname()} is not the one the driver uses "
             f"(driver: directory.id {expected}; here: {seen}). On a cluster a local-path ROOT must be one "
             f"filesystem mounted by every node (NFS with locks), or an object store URL; see docs/spark.md, "
-            f"'Where the data may live'.")
+            f"'Where the data may live'."
+        )

@@ -78,8 +78,11 @@ def read_hint(fs: LogFileSystem, dir: str) -> WriterStateHint | None:
         doc = json.loads(raw)
         if doc.get("version") not in READABLE_HINT_VERSIONS:
             raise ValueError(f"version {doc.get('version')!r}, expected one of {READABLE_HINT_VERSIONS}")
-        return WriterStateHint(int(doc["asOf"]), {int(w): (int(e[0]), int(e[1])) for w, e in doc["writers"].items()},
-                               parse_segments(doc.get("segments")))
+        return WriterStateHint(
+            int(doc["asOf"]),
+            {int(w): (int(e[0]), int(e[1])) for w, e in doc["writers"].items()},
+            parse_segments(doc.get("segments")),
+        )
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         logger.warning("ignoring writer state hint %s (%s); reading the segments instead", fs.url(path), e)
         return None
@@ -104,8 +107,13 @@ class ProducerStateManager:
         return self.writers.setdefault(writer_id, WriterEntry())
 
     def save(self, *, durable: bool = True) -> None:
-        doc = {"version": 1, "writers": {str(w): {**asdict(e), "pending": asdict(e.pending) if e.pending else None}
-                                         for w, e in sorted(self.writers.items())}}
+        doc = {
+            "version": 1,
+            "writers": {
+                str(w): {**asdict(e), "pending": asdict(e.pending) if e.pending else None}
+                for w, e in sorted(self.writers.items())
+            },
+        }
         self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode(), durable=durable)
 
     def begin(self, writer_id: int, batch_id: int, first_offset: int, next_offset: int) -> None:
@@ -153,12 +161,16 @@ class ProducerStateManager:
             leo = log.log_end_offset
             if leo >= p.next_offset and self._written_by(log, p.first_offset, wid):
                 e.committed_batch_id, e.committed_next_offset = p.batch_id, p.next_offset
-                done.append(f"completed batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{p.next_offset - 1})")
+                done.append(
+                    f"completed batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{p.next_offset - 1})"
+                )
             elif p.first_offset < leo and self._written_by(log, p.first_offset, wid):
                 self._check_rollback(log, wid, e, leo)
                 log.truncate_to(p.first_offset)
-                done.append(f"rolled back a partial commit of batch {p.batch_id} of writer {wid}: "
-                            f"cut offsets {p.first_offset}..{leo - 1}")
+                done.append(
+                    f"rolled back a partial commit of batch {p.batch_id} of writer {wid}: "
+                    f"cut offsets {p.first_offset}..{leo - 1}"
+                )
             else:
                 done.append(f"dropped pending batch {p.batch_id} of writer {wid}: nothing of it was written")
             e.pending = None
@@ -175,15 +187,19 @@ class ProducerStateManager:
         p = e.pending
         where = f"writer state file {self.fs.url(self.path)}, {log.tp.topic}-{log.tp.partition}"
         if p.first_offset < max(e.committed_next_offset, log.log_start_offset):
-            raise KafkaStorageError(f"{where}: writer {wid}'s pending commit starts at offset {p.first_offset}, "
-                                    f"before its last commit's end {e.committed_next_offset} or the log start "
-                                    f"{log.log_start_offset}; not rolling back. Fix or remove the file")
+            raise KafkaStorageError(
+                f"{where}: writer {wid}'s pending commit starts at offset {p.first_offset}, "
+                f"before its last commit's end {e.committed_next_offset} or the log start "
+                f"{log.log_start_offset}; not rolling back. Fix or remove the file"
+            )
         for chunk in log.read(p.first_offset, leo):
             ids = chunk.scan.headers["producer_id"]
             if len(ids) and (ids != wid).any():
-                raise KafkaStorageError(f"{where}: offsets {p.first_offset}..{leo - 1} hold batches of other "
-                                        f"writers, so they are not writer {wid}'s partial commit; not rolling "
-                                        f"back. Fix or remove the file")
+                raise KafkaStorageError(
+                    f"{where}: offsets {p.first_offset}..{leo - 1} hold batches of other "
+                    f"writers, so they are not writer {wid}'s partial commit; not rolling "
+                    f"back. Fix or remove the file"
+                )
 
     @staticmethod
     def _written_by(log, offset: int, writer_id: int) -> bool:
@@ -215,14 +231,21 @@ def _parse_state(raw: bytes) -> dict[int, WriterEntry]:
         pending = None
         if e.get("pending"):
             q = e["pending"]
-            pending = PendingCommit(_long(q["batch_id"], "batch_id"), _long(q["first_offset"], "first_offset"),
-                                    _long(q["next_offset"], "next_offset"))
+            pending = PendingCommit(
+                _long(q["batch_id"], "batch_id"),
+                _long(q["first_offset"], "first_offset"),
+                _long(q["next_offset"], "next_offset"),
+            )
             if not 0 <= pending.first_offset <= pending.next_offset:
-                raise ValueError(f"writer {w}'s pending commit has offsets {pending.first_offset}.."
-                                 f"{pending.next_offset}")
-        out[w] = WriterEntry(_long(e["committed_batch_id"], "committed_batch_id"),
-                             _long(e["committed_next_offset"], "committed_next_offset"), pending,
-                             _long(e.get("updated_ms", 0), "updated_ms"))
+                raise ValueError(
+                    f"writer {w}'s pending commit has offsets {pending.first_offset}..{pending.next_offset}"
+                )
+        out[w] = WriterEntry(
+            _long(e["committed_batch_id"], "committed_batch_id"),
+            _long(e["committed_next_offset"], "committed_next_offset"),
+            pending,
+            _long(e.get("updated_ms", 0), "updated_ms"),
+        )
     return out
 
 
@@ -239,18 +262,19 @@ def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_siz
     batch id, and recompute the CRC. The batches are validated first, so damaged staged bytes are
     reported, not given a fresh CRC."""
     if not 0 <= batch_id <= MAX_BATCH_ID:
-        raise KafkaStorageError(f"{source}: batch id {batch_id} does not fit a batch's baseSequence (int32), which "
-                                f"carries it on this filesystem")
+        raise KafkaStorageError(
+            f"{source}: batch id {batch_id} does not fit a batch's baseSequence (int32), which "
+            f"carries it on this filesystem"
+        )
     scan = scan_batches(buf, max_batch_size=max_batch_size)
     if scan.end != len(buf):
-        raise CorruptRecordError("staged bytes end in a partial or oversized batch", source=source,
-                                 position=scan.end)
+        raise CorruptRecordError("staged bytes end in a partial or oversized batch", source=source, position=scan.end)
     validate_batches(buf, scan, source=source, check_offsets=False)
     fields = struct.Struct(">qhi")
     view = memoryview(buf)
     for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist()):  # per batch: the CRC covers these fields
         fields.pack_into(buf, pos + PRODUCER_FIELDS_OFFSET, writer_id, 0, batch_id)
-        struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos:pos + size]))
+        struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos : pos + size]))
 
 
 class ObjectProducerStateManager:
@@ -297,8 +321,11 @@ class ObjectProducerStateManager:
 
     def unsummarized(self, below: int | None = None) -> list:
         """Segment objects from asOf on (below `below`): the ones whose commits the hint may lack."""
-        return [s for s in self.log.segments if s.size and s.base_offset >= self.as_of
-                and (below is None or s.base_offset < below)]
+        return [
+            s
+            for s in self.log.segments
+            if s.size and s.base_offset >= self.as_of and (below is None or s.base_offset < below)
+        ]
 
     def committed(self, writer_id: int) -> tuple[int, int]:
         """(last committed batch id, base offset of its segment) of a writer; (-1, -1) if none."""
@@ -354,20 +381,29 @@ class ObjectProducerStateManager:
                     writers[h[0]] = (h[2], seg.base_offset)
             segments = collect(self.log.segments, self.segments)
         except (OSError, KafkaStorageError, CorruptRecordError) as e:  # e.g. retention removed one
-            logger.warning("%s: writer state hint not updated: a segment could not be read (%s); the next "
-                           "writer reads more headers", self.fs.url(self.path), e)
+            logger.warning(
+                "%s: writer state hint not updated: a segment could not be read (%s); the next "
+                "writer reads more headers",
+                self.fs.url(self.path),
+                e,
+            )
             return False  # a hint missing a segment's commit would be wrong; the old one is only stale
         writers.update(commits)
         return self._write_hint(writers, as_of, segments)
 
     def _write_hint(self, writers: dict, as_of: int, segments: dict[int, SegmentMetadata]) -> bool:
-        doc = {"version": HINT_VERSION, "asOf": as_of,
-               "writers": {str(w): list(e) for w, e in sorted(writers.items())}, "segments": segments_doc(segments)}
+        doc = {
+            "version": HINT_VERSION,
+            "asOf": as_of,
+            "writers": {str(w): list(e) for w, e in sorted(writers.items())},
+            "segments": segments_doc(segments),
+        }
         try:
             self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode())
         except (KafkaStorageError, OSError) as e:
-            logger.warning("%s: writer state hint not written (%s); the next writer reads more headers",
-                           self.fs.url(self.path), e)
+            logger.warning(
+                "%s: writer state hint not written (%s); the next writer reads more headers", self.fs.url(self.path), e
+            )
             return False
         self._written = doc
         self.hint, self.as_of, self.segments = writers, as_of, segments

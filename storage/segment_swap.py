@@ -43,8 +43,14 @@ from .objects.immutable_segment import prime_index, rebuild_indexes
 from .producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (
-    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX, parse_segment_file, segment_file_name,
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    parse_segment_file,
+    segment_file_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -88,11 +94,15 @@ def replace_segments(log, new_segments: list[LogSegment], old_segments: list[Log
     for seg in fresh:  # the output must be there whole: a swap of missing files would drop the sources' data
         for path in seg.files():
             if not log.fs.exists(path):
-                raise SwapAbortedError(f"{log.tp.topic}-{log.tp.partition}: compaction output {log.fs.url(path)} "
-                                       f"is gone; nothing was replaced")
+                raise SwapAbortedError(
+                    f"{log.tp.topic}-{log.tp.partition}: compaction output {log.fs.url(path)} "
+                    f"is gone; nothing was replaced"
+                )
         if log.fs.size(seg.log_path) != seg.size:
-            raise SwapAbortedError(f"{log.tp.topic}-{log.tp.partition}: compaction output {seg.source} holds "
-                                   f"{log.fs.size(seg.log_path)} bytes, not the {seg.size} written; nothing was replaced")
+            raise SwapAbortedError(
+                f"{log.tp.topic}-{log.tp.partition}: compaction output {seg.source} holds "
+                f"{log.fs.size(seg.log_path)} bytes, not the {seg.size} written; nothing was replaced"
+            )
     for seg in fresh:
         seg.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
     if log.fs.capabilities.fsync:
@@ -121,8 +131,9 @@ def check_swap(seg: LogSegment) -> int:
             bad = crc_failures(chunk.buf, chunk.scan)
             if bad.size:
                 h = chunk.scan.header(int(bad[0]), chunk.base_position)
-                raise CorruptRecordError(f"CRC mismatch in batch {h.base_offset}..{h.last_offset}", source=seg.source,
-                                         position=h.position)
+                raise CorruptRecordError(
+                    f"CRC mismatch in batch {h.base_offset}..{h.last_offset}", source=seg.source, position=h.position
+                )
     finally:
         seg.release_readers()
     if last is None:
@@ -176,8 +187,16 @@ def plan_local_swaps(fs: LogFileSystem, dir: str, files, segment_kwargs: dict) -
         return ranges[b]
 
     for b in sorted(swaps):
-        seg = LogSegment(fs, dir, b, file_suffix=SWAP_FILE_SUFFIX, log_size=names[segment_file_name(
-            b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)], index_size=0, time_index_size=0, **segment_kwargs)
+        seg = LogSegment(
+            fs,
+            dir,
+            b,
+            file_suffix=SWAP_FILE_SUFFIX,
+            log_size=names[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)],
+            index_size=0,
+            time_index_size=0,
+            **segment_kwargs,
+        )
         try:
             last = check_swap(seg)
             # a cleaned group may end before the last offset of its last source (its tail was compacted
@@ -192,9 +211,16 @@ def plan_local_swaps(fs: LogFileSystem, dir: str, files, segment_kwargs: dict) -
         for b in sorted(deleted):
             if b < first_damaged or b in live:
                 continue
-            seg = LogSegment(fs, dir, b, file_suffix=DELETED_FILE_SUFFIX, index_size=0, time_index_size=0,
-                             log_size=names[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
-                             **segment_kwargs)
+            seg = LogSegment(
+                fs,
+                dir,
+                b,
+                file_suffix=DELETED_FILE_SUFFIX,
+                index_size=0,
+                time_index_size=0,
+                log_size=names[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
+                **segment_kwargs,
+            )
             try:
                 last = check_swap(seg)
             except CorruptRecordError:
@@ -272,8 +298,17 @@ def live_path(fs: LogFileSystem, dir: str, base: int, suffix: str = LOG_FILE_SUF
     return fs.join(dir, segment_file_name(base, suffix))
 
 
-def publish_swap(fs: LogFileSystem, dir: str, base: int, log_bytes, off_rows: np.ndarray, time_rows: np.ndarray,
-                 *, next_offset: int, check: Callable[[], None] | None = None) -> None:
+def publish_swap(
+    fs: LogFileSystem,
+    dir: str,
+    base: int,
+    log_bytes,
+    off_rows: np.ndarray,
+    time_rows: np.ndarray,
+    *,
+    next_offset: int,
+    check: Callable[[], None] | None = None,
+) -> None:
     """Make a finished output segment replace the live segments in [base, next_offset) (steps 1-4 of the
     module docstring). Raises SwapAbortedError, with nothing changed, if it cannot be committed."""
     if check is not None:
@@ -282,23 +317,36 @@ def publish_swap(fs: LogFileSystem, dir: str, base: int, log_bytes, off_rows: np
     fs.write_atomic(swap_path(fs, dir, base, TIME_INDEX_FILE_SUFFIX), time_rows.tobytes(), durable=False)
     log_swap = swap_path(fs, dir, base)
     if not fs.create_exclusive(log_swap, log_bytes):
-        raise SwapAbortedError(f"{fs.url(log_swap)} exists already: another maintenance job is swapping segments "
-                               f"of this partition; giving up this group")
-    others = [n for n in list_names(fs, dir) if n.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX)
-              and n != fs.basename(log_swap)]
+        raise SwapAbortedError(
+            f"{fs.url(log_swap)} exists already: another maintenance job is swapping segments "
+            f"of this partition; giving up this group"
+        )
+    others = [
+        n for n in list_names(fs, dir) if n.endswith(LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX) and n != fs.basename(log_swap)
+    ]
     if others:  # another job's swap: nobody completes a young swap but its creator, so ours can go back
         fs.delete_many([log_swap])
         fs.delete_many([swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
-        raise SwapAbortedError(f"{fs.url(fs.join(dir, others[0]))} appeared while swapping segments at offset "
-                               f"{base}: another maintenance job works on this partition; rolled back ours")
+        raise SwapAbortedError(
+            f"{fs.url(fs.join(dir, others[0]))} appeared while swapping segments at offset "
+            f"{base}: another maintenance job works on this partition; rolled back ours"
+        )
     complete_swap(fs, dir, base, next_offset=next_offset, off_rows=off_rows, time_rows=time_rows, fresh=True)
 
 
 def object_swap_last_offset(fs: LogFileSystem, dir: str, base: int, size: int, config) -> int:
     """The last offset of an object store's `<base>.log.swap`, once the whole object is checked
     (check_swap); raises CorruptRecordError for a damaged one, FileNotFoundError if it is gone."""
-    seg = LogSegment(fs, dir, base, file_suffix=SWAP_FILE_SUFFIX, log_size=size, index_size=0, time_index_size=0,
-                     **segment_settings(config))
+    seg = LogSegment(
+        fs,
+        dir,
+        base,
+        file_suffix=SWAP_FILE_SUFFIX,
+        log_size=size,
+        index_size=0,
+        time_index_size=0,
+        **segment_settings(config),
+    )
     return check_swap(seg)
 
 
@@ -306,15 +354,27 @@ def set_aside_object_swap(fs: LogFileSystem, dir: str, base: int, error: Excepti
     """A damaged object swap replaces nothing: its `.log.swap` is copied to `.log.swap.damaged` and the
     swap objects are deleted; the segments it would have replaced are left as they are."""
     log_swap = swap_path(fs, dir, base)
-    logger.warning("%s: set aside as %s.damaged; the segments it would have replaced stay: %s", fs.url(log_swap),
-                   fs.basename(log_swap), error)
+    logger.warning(
+        "%s: set aside as %s.damaged; the segments it would have replaced stay: %s",
+        fs.url(log_swap),
+        fs.basename(log_swap),
+        error,
+    )
     copy_if_present(fs, log_swap, log_swap + ".damaged")
     fs.delete_many([log_swap] + [swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
 
 
-def complete_swap(fs: LogFileSystem, dir: str, base: int, *, next_offset: int | None = None, config=None,
-                  off_rows: np.ndarray | None = None, time_rows: np.ndarray | None = None,
-                  fresh: bool = False) -> bool:
+def complete_swap(
+    fs: LogFileSystem,
+    dir: str,
+    base: int,
+    *,
+    next_offset: int | None = None,
+    config=None,
+    off_rows: np.ndarray | None = None,
+    time_rows: np.ndarray | None = None,
+    fresh: bool = False,
+) -> bool:
     """Finish the swap committed by `<base>.log.swap` (step 4); every step may be repeated. `fresh`: the
     caller just committed it, so `<base>.log` still holds the old bytes. False if the swap is gone."""
     names = list_names(fs, dir)
@@ -327,17 +387,24 @@ def complete_swap(fs: LogFileSystem, dir: str, base: int, *, next_offset: int | 
         except FileNotFoundError:
             return False  # completed by another job since the listing
         except CorruptRecordError as e:
-            twins = [p for p in map(parse_segment_file, names) if p is not None and p.extra == DELETED_FILE_SUFFIX
-                     and p.suffix == LOG_FILE_SUFFIX and p.base_offset >= base]
+            twins = [
+                p
+                for p in map(parse_segment_file, names)
+                if p is not None
+                and p.extra == DELETED_FILE_SUFFIX
+                and p.suffix == LOG_FILE_SUFFIX
+                and p.base_offset >= base
+            ]
             if twins:  # sources are never merged again while they have twins: these are this swap's
-                raise CorruptRecordError(f"{e}; its completion had begun (segments from offset {base} on have "
-                                         f".deleted copies): nothing more is changed; restore from the .deleted "
-                                         f"copies by hand") from None
+                raise CorruptRecordError(
+                    f"{e}; its completion had begun (segments from offset {base} on have "
+                    f".deleted copies): nothing more is changed; restore from the .deleted "
+                    f"copies by hand"
+                ) from None
             set_aside_object_swap(fs, dir, base, e)
             return False
     log_swap, head = fs.join(dir, swap_name), live_path(fs, dir, base)
-    swapped = False if fresh else (segment_file_name(base, LOG_FILE_SUFFIX) in names
-                                   and fs.same_object(head, log_swap))
+    swapped = False if fresh else (segment_file_name(base, LOG_FILE_SUFFIX) in names and fs.same_object(head, log_swap))
     doomed: dict[str, list[str]] = {s: [] for s in SEGMENT_SUFFIXES}
     for name in sorted(names):
         p = parse_segment_file(name)
@@ -385,15 +452,18 @@ def complete_pending_swaps(fs: LogFileSystem, dir: str, config, *, now_ms: int, 
         if segment_file_name(base, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX) in old:
             if complete_swap(fs, dir, base, config=config):
                 done.append(base)
-    stray = [fs.join(dir, segment_file_name(p.base_offset, p.suffix, SWAP_FILE_SUFFIX)) for p in swaps
-             if p.suffix != LOG_FILE_SUFFIX and p.base_offset not in log_swaps
-             and segment_file_name(p.base_offset, p.suffix, SWAP_FILE_SUFFIX) in old]
+    stray = [
+        fs.join(dir, segment_file_name(p.base_offset, p.suffix, SWAP_FILE_SUFFIX))
+        for p in swaps
+        if p.suffix != LOG_FILE_SUFFIX
+        and p.base_offset not in log_swaps
+        and segment_file_name(p.base_offset, p.suffix, SWAP_FILE_SUFFIX) in old
+    ]
     fs.delete_many(stray)
     return done
 
 
-def replace_in_memory(log, base: int, size: int, old_segments: list[LogSegment], off_rows=None,
-                      time_rows=None) -> None:
+def replace_in_memory(log, base: int, size: int, old_segments: list[LogSegment], off_rows=None, time_rows=None) -> None:
     """After an object swap: put the new segment in place of the old ones in a Log's segment list."""
     seg = LogSegment(log.fs, log.dir, base, log_size=size, index_size=0, time_index_size=0, **log.segment_kwargs())
     if off_rows is not None:

@@ -83,7 +83,7 @@ def storage_options_from_spark(options: Mapping[str, str], prefix: str = SPARK_P
         lk = str(k).lower()
         if not lk.startswith(prefix) or len(lk) == len(prefix):
             continue
-        name = lk[len(prefix):]
+        name = lk[len(prefix) :]
         _put(out, name, _decode(name, v), "Spark option")
     return out
 
@@ -130,6 +130,7 @@ def secret_values(options: Any) -> set[str]:
                 walk(v, secret)
         elif secret and node is not None and len(str(node)) >= 4:  # shorter values would scrub ordinary text
             found.add(str(node))
+
     walk(options, False)
     return found
 

@@ -40,8 +40,13 @@ class TopicMetadata:
     persisted: bool = True  # False: inferred from partition directories only
 
     def to_json(self) -> dict:
-        return {"version": 1, "topic": self.name, "topicId": self.topic_id, "partitions": self.partitions,
-                "config": self.config.overrides}
+        return {
+            "version": 1,
+            "topic": self.name,
+            "topicId": self.topic_id,
+            "partitions": self.partitions,
+            "config": self.config.overrides,
+        }
 
     def to_bytes(self) -> bytes:
         """The topic file's bytes."""

@@ -28,8 +28,13 @@ INDEX_FILE_SUFFIX = ".index"
 TIME_INDEX_FILE_SUFFIX = ".timeindex"
 TXN_INDEX_FILE_SUFFIX = ".txnindex"
 PRODUCER_SNAPSHOT_FILE_SUFFIX = ".snapshot"
-SEGMENT_FILE_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-                         PRODUCER_SNAPSHOT_FILE_SUFFIX)
+SEGMENT_FILE_SUFFIXES = (
+    LOG_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX,
+)
 
 DELETED_FILE_SUFFIX = ".deleted"  # scheduled for removal after file.delete.delay.ms
 CLEANED_FILE_SUFFIX = ".cleaned"  # compaction output being written
@@ -42,8 +47,12 @@ LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
 _DIGITS_RE = re.compile(r"[0-9]+")
 _SEGMENT_RE = re.compile(
-    r"([0-9]{20})(" + "|".join(re.escape(s) for s in SEGMENT_FILE_SUFFIXES) + r")("
-    + "|".join(re.escape(s) for s in EXTRA_FILE_SUFFIXES) + r")?")
+    r"([0-9]{20})("
+    + "|".join(re.escape(s) for s in SEGMENT_FILE_SUFFIXES)
+    + r")("
+    + "|".join(re.escape(s) for s in EXTRA_FILE_SUFFIXES)
+    + r")?"
+)
 
 
 class TopicPartition(NamedTuple):

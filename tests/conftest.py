@@ -29,14 +29,27 @@ def any_root(request, tmp_path):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--soak", type=float, default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
-                     metavar="SECONDS", help="run the soak tests for this long (tests/test_soak.py; also "
-                     "KAFKALOG_SOAK_SECONDS)")
-    parser.addoption("--kill-rounds", type=int, default=0, metavar="N",
-                     help="driver kills in tests/test_spark_kill.py (default 6; the acceptance run is 20; also "
-                     "KAFKALOG_KILL_ROUNDS)")
-    parser.addoption("--fuzz-long", action="store_true", default=False,
-                     help="run the long mutation fuzzer (tests/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)")
+    parser.addoption(
+        "--soak",
+        type=float,
+        default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
+        metavar="SECONDS",
+        help="run the soak tests for this long (tests/test_soak.py; also KAFKALOG_SOAK_SECONDS)",
+    )
+    parser.addoption(
+        "--kill-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="driver kills in tests/test_spark_kill.py (default 6; the acceptance run is 20; also "
+        "KAFKALOG_KILL_ROUNDS)",
+    )
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        default=False,
+        help="run the long mutation fuzzer (tests/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)",
+    )
 
 
 def pytest_configure(config):

@@ -12,9 +12,15 @@ CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 def kp_batch(records, *, codec: str = "none", producer_id=-1, producer_epoch=-1, base_sequence=-1) -> bytes:
     """One v2 batch built by kafka-python. records: iterable of (timestamp, key, value, headers)."""
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=False,
-                                  producer_id=producer_id, producer_epoch=producer_epoch,
-                                  base_sequence=base_sequence, batch_size=2**30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=CODECS[codec],
+        is_transactional=False,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=2**30,
+    )
     for i, (ts, key, value, headers) in enumerate(records):
         b.append(i, timestamp=ts, key=key, value=value, headers=list(headers or []))
     return bytes(b.build())
@@ -30,11 +36,17 @@ def kp_parse(data: bytes) -> list[dict]:
         if batch is None:
             break
         size = batch.size_in_bytes
-        out.append({
-            "position": pos, "size": size, "base_offset": batch.base_offset, "last_offset": batch.last_offset,
-            "max_timestamp": batch.max_timestamp, "crc_ok": batch.validate_crc(),
-            "records": [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch],
-        })
+        out.append(
+            {
+                "position": pos,
+                "size": size,
+                "base_offset": batch.base_offset,
+                "last_offset": batch.last_offset,
+                "max_timestamp": batch.max_timestamp,
+                "crc_ok": batch.validate_crc(),
+                "records": [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch],
+            }
+        )
         pos += size
     return out
 
@@ -60,17 +72,30 @@ def kafka_recovery_entries(batches: list[dict], interval: int, base_offset: int)
     return index, timeindex, (max_ts, max_ts_offset)
 
 
-def kp_control_batch(base_offset: int, timestamp: int, producer_id: int, *, commit: bool = True,
-                     producer_epoch: int = 0) -> bytes:
+def kp_control_batch(
+    base_offset: int, timestamp: int, producer_id: int, *, commit: bool = True, producer_epoch: int = 0
+) -> bytes:
     """A COMMIT or ABORT marker as a broker writes it: one record (key: version 0, type; value: version 0,
     coordinator epoch 0), attributes transactional + control, baseSequence -1; built by kafka-python, with
     the control bit (which it does not set) added and the CRC-32C recomputed."""
     import crc32c
 
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
-                                  producer_epoch=producer_epoch, base_sequence=-1, batch_size=2**20)
-    b.append(0, timestamp=timestamp, key=struct.pack(">hh", 0, 1 if commit else 0), value=struct.pack(">hi", 0, 0),
-             headers=[])
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        batch_size=2**20,
+    )
+    b.append(
+        0,
+        timestamp=timestamp,
+        key=struct.pack(">hh", 0, 1 if commit else 0),
+        value=struct.pack(">hi", 0, 0),
+        headers=[],
+    )
     out = bytearray(b.build())
     struct.pack_into(">q", out, 0, base_offset)
     struct.pack_into(">h", out, 21, struct.unpack_from(">h", out, 21)[0] | 0x20)

@@ -115,12 +115,23 @@ class _App:
         if fault.hold:
             fault.arrived.set()
             fault.released.wait(120)
-        body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
-                f"<Message>injected by the test</Message></Error>").encode()
-        start_response(f"{fault.status} Injected", [("Content-Type", "application/xml"),
-                                                    ("Content-Length", str(len(body)))])
-        self._log.add(Request(environ.get("REQUEST_METHOD", ""), urllib.parse.unquote(environ.get("PATH_INFO", "")),
-                              environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE"), fault.status, len(body)))
+        body = (
+            f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{fault.code}</Code>'
+            f"<Message>injected by the test</Message></Error>"
+        ).encode()
+        start_response(
+            f"{fault.status} Injected", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
+        )
+        self._log.add(
+            Request(
+                environ.get("REQUEST_METHOD", ""),
+                urllib.parse.unquote(environ.get("PATH_INFO", "")),
+                environ.get("QUERY_STRING", ""),
+                environ.get("HTTP_RANGE"),
+                fault.status,
+                len(body),
+            )
+        )
         return [body]
 
     def __call__(self, environ, start_response):
@@ -143,9 +154,16 @@ class _App:
             finally:
                 if hasattr(result, "close"):
                     result.close()
-        self._log.add(Request(method, urllib.parse.unquote(environ.get("PATH_INFO", "")),
-                              environ.get("QUERY_STRING", ""), environ.get("HTTP_RANGE"),
-                              status[0] if status else 0, sum(len(b) for b in body)))
+        self._log.add(
+            Request(
+                method,
+                urllib.parse.unquote(environ.get("PATH_INFO", "")),
+                environ.get("QUERY_STRING", ""),
+                environ.get("HTTP_RANGE"),
+                status[0] if status else 0,
+                sum(len(b) for b in body),
+            )
+        )
         return body
 
 
@@ -182,8 +200,12 @@ class S3Server:
     @property
     def storage_options(self) -> dict:
         """fsspec/s3fs options that reach this server from any process (no reliance on env vars)."""
-        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "endpoint_url": self.endpoint_url,
-                "client_kwargs": {"region_name": REGION}}
+        return {
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "endpoint_url": self.endpoint_url,
+            "client_kwargs": {"region_name": REGION},
+        }
 
     def start(self) -> "S3Server":
         self._thread.start()
@@ -197,8 +219,13 @@ class S3Server:
     def create_bucket(self, name: str) -> None:
         import boto3
 
-        boto3.client("s3", endpoint_url=self.endpoint_url, aws_access_key_id=ACCESS_KEY,
-                     aws_secret_access_key=SECRET_KEY, region_name=REGION).create_bucket(Bucket=name)
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        ).create_bucket(Bucket=name)
 
     def add_fault(self, method: str, path: str, **kwargs) -> Fault:
         """Fail matching requests from now on (see Fault); clear_faults() removes every fault."""
@@ -227,9 +254,13 @@ def s3_server():
     pytest.importorskip("s3fs")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                     "AWS_DEFAULT_REGION": REGION, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-                     "AWS_CONFIG_FILE": os.devnull}.items():
+        for k, v in {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_CONFIG_FILE": os.devnull,
+        }.items():
             mp.setenv(k, v)
         mp.delenv("AWS_SESSION_TOKEN", raising=False)
         mp.delenv("AWS_PROFILE", raising=False)

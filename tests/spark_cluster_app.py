@@ -50,6 +50,7 @@ COUNTER_SCHEMA = "key string, value string, headers array<struct<key:string,valu
 
 # ---- helpers shared with the test (no Spark needed) ----
 
+
 def write_json(path: str, obj) -> None:
     """Atomically (a reader never sees half a file)."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -128,14 +129,17 @@ def hold_if_asked(control: str, executor: str, task: str) -> None:
     hold = os.path.join(control, "hold")
     if not os.path.exists(hold):
         return
-    write_json(os.path.join(control, f"held-{task}.json"),
-               {"executor": executor, "task": task, "pid": os.getpid(), "jvm": int(executor.rsplit(":", 1)[1])})
+    write_json(
+        os.path.join(control, f"held-{task}.json"),
+        {"executor": executor, "task": task, "pid": os.getpid(), "jvm": int(executor.rsplit(":", 1)[1])},
+    )
     deadline = time.monotonic() + HANG_S
     while os.path.exists(hold) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
 # ---- the counter source ----
+
 
 class CounterPartition(InputPartition):
     def __init__(self, lo: int, hi: int):
@@ -191,6 +195,7 @@ class CounterStream(DataSourceStreamReader):
 
 # ---- the driver ----
 
+
 class App:
     def __init__(self, control: str):
         self.control = control
@@ -213,8 +218,13 @@ class App:
             e = lst.apply(i)
             if e.id() == "driver":
                 continue
-            out[e.id()] = {"active": bool(e.isActive()), "running": e.activeTasks(), "total": e.totalTasks(),
-                           "completed": e.completedTasks(), "failed": e.failedTasks()}
+            out[e.id()] = {
+                "active": bool(e.isActive()),
+                "running": e.activeTasks(),
+                "total": e.totalTasks(),
+                "completed": e.completedTasks(),
+                "failed": e.failedTasks(),
+            }
         return out
 
     def task_failures(self) -> dict:
@@ -232,9 +242,15 @@ class App:
         return failed
 
     def write_status(self) -> None:
-        write_json(os.path.join(self.control, "status.json"),
-                   {"phase": self.phase, "executors": self.executors(), "maintenance": dict(self.maintenance),
-                    "time": time.time()})
+        write_json(
+            os.path.join(self.control, "status.json"),
+            {
+                "phase": self.phase,
+                "executors": self.executors(),
+                "maintenance": dict(self.maintenance),
+                "time": time.time(),
+            },
+        )
 
     def _status_loop(self) -> None:
         while not self._stop.wait(0.25):
@@ -254,15 +270,26 @@ class App:
     # -- phases --
     def counter_stream(self, p: dict):
         source = p["source"]
-        return (self.spark.readStream.format("clustertest_counter")
-                .option("limit_file", os.path.join(self.control, f"limit-{source}"))
-                .option("control_dir", self.control).option("keys", p.get("keys", "events"))
-                .option("batch_rows", str(p.get("batch_rows", 200))).option("tasks", str(p.get("tasks", 2))).load())
+        return (
+            self.spark.readStream.format("clustertest_counter")
+            .option("limit_file", os.path.join(self.control, f"limit-{source}"))
+            .option("control_dir", self.control)
+            .option("keys", p.get("keys", "events"))
+            .option("batch_rows", str(p.get("batch_rows", 200)))
+            .option("tasks", str(p.get("tasks", 2)))
+            .load()
+        )
 
     def start_sink(self, p: dict):
-        w = (self.counter_stream(p).writeStream.format("kafkalog").option("topic", p["topic"])
-             .option("partitions", str(p["partitions"])).option("checkpointLocation", p["checkpoint"])
-             .options(**p.get("options", {})).trigger(processingTime=p.get("trigger", "300 milliseconds")))
+        w = (
+            self.counter_stream(p)
+            .writeStream.format("kafkalog")
+            .option("topic", p["topic"])
+            .option("partitions", str(p["partitions"]))
+            .option("checkpointLocation", p["checkpoint"])
+            .options(**p.get("options", {}))
+            .trigger(processingTime=p.get("trigger", "300 milliseconds"))
+        )
         return w.start(p["root"])
 
     def finish_stream(self, q, source: str, during=None) -> dict:
@@ -300,22 +327,42 @@ class App:
         opts = {"subscribe": p["topic"], **p.get("options", {})}
         cols = ["partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value"]
         before = self.executors()
-        df = (self.spark.read.format("kafkalog").options(**opts)
-              .option("minPartitions", str(p.get("min_partitions", 6))).load(p["root"]).selectExpr(*cols).withColumn("executor", tag()))
+        df = (
+            self.spark.read.format("kafkalog")
+            .options(**opts)
+            .option("minPartitions", str(p.get("min_partitions", 6)))
+            .load(p["root"])
+            .selectExpr(*cols)
+            .withColumn("executor", tag())
+        )
         batch = [list(r) for r in df.collect()]
         self.log(f"read: batch read {len(batch)} rows")
-        q = (self.spark.readStream.format("kafkalog").options(**opts).option("startingOffsets", "earliest")
-             .load(p["root"]).selectExpr(*cols).withColumn("executor", tag())
-             .writeStream.format("memory").queryName("readback")
-             .option("checkpointLocation", p["checkpoint"]).trigger(availableNow=True).start())
+        q = (
+            self.spark.readStream.format("kafkalog")
+            .options(**opts)
+            .option("startingOffsets", "earliest")
+            .load(p["root"])
+            .selectExpr(*cols)
+            .withColumn("executor", tag())
+            .writeStream.format("memory")
+            .queryName("readback")
+            .option("checkpointLocation", p["checkpoint"])
+            .trigger(availableNow=True)
+            .start()
+        )
         if not q.awaitTermination(HANG_S):
             raise TimeoutError("the AvailableNow read did not end")
         if q.exception() is not None:
             raise RuntimeError(f"stream read failed: {q.exception()}")
         stream = [list(r) for r in self.spark.sql("SELECT * FROM readback").collect()]
         self.log(f"read: stream read {len(stream)} rows in {len(q.recentProgress)} micro-batches")
-        return {"batch": batch, "stream": stream, "stream_batches": len(q.recentProgress),
-                "executors_before": before, "executors_after": self.executors()}
+        return {
+            "batch": batch,
+            "stream": stream,
+            "stream_batches": len(q.recentProgress),
+            "executors_before": before,
+            "executors_after": self.executors(),
+        }
 
     def maintenance_pass(self, p: dict) -> None:
         from kafkalog_ds.maintenance import run_once
@@ -349,15 +396,21 @@ class App:
         from pyspark.sql import SparkSession
 
         t0 = time.monotonic()
-        self.spark = (SparkSession.builder.master(self.spec["master"]).appName("kafkalog-cluster-tests")
-                      .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                      .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-                      .config("spark.executor.memory", "1024m")
-                      .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-                      # a task may be hit by several of the test's executor kills: never fail the job for it
-                      .config("spark.task.maxFailures", "50")
-                      .config("spark.ui.retainedStages", "100000").config("spark.ui.retainedJobs", "100000")
-                      .getOrCreate())
+        self.spark = (
+            SparkSession.builder.master(self.spec["master"])
+            .appName("kafkalog-cluster-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+            .config("spark.executor.memory", "1024m")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            # a task may be hit by several of the test's executor kills: never fail the job for it
+            .config("spark.task.maxFailures", "50")
+            .config("spark.ui.retainedStages", "100000")
+            .config("spark.ui.retainedJobs", "100000")
+            .getOrCreate()
+        )
         self.spark.sparkContext.setLogLevel("ERROR")
         self.spark.dataSource.register(CounterSource)
         self.log(f"session on {self.spec['master']} after {time.monotonic() - t0:.1f}s")

@@ -49,20 +49,36 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     t0 = time.monotonic()
-    spark = (SparkSession.builder.master("local[2]").appName("kafkalog-kill-driver")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kafkalog-kill-driver")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     # Every 5th key is null (round-robin routing), the rest are keyed (murmur2): both must route the
     # same way when Spark replays a batch, or the per-partition skip would drop or double rows.
-    stream = (spark.readStream.schema("id long").option("maxFilesPerTrigger", 1).parquet(input_dir)
-              .selectExpr("CASE WHEN id % 5 = 0 THEN NULL ELSE CAST(id % 11 AS STRING) END AS key",
-                          "CAST(id AS STRING) AS value"))
+    stream = (
+        spark.readStream.schema("id long")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(input_dir)
+        .selectExpr(
+            "CASE WHEN id % 5 = 0 THEN NULL ELSE CAST(id % 11 AS STRING) END AS key", "CAST(id AS STRING) AS value"
+        )
+    )
     # segment.bytes this small makes most tasks' staging logs big enough to be adopted (renamed in)
     # and the rest copied, so kills land in both commit paths
-    q = (stream.writeStream.format("kafkalog").option("topic", TOPIC).option("partitions", str(PARTITIONS))
-         .option("segment.bytes", "300")
-         .option("checkpointLocation", ckpt).trigger(processingTime=TRIGGER).start(root))
+    q = (
+        stream.writeStream.format("kafkalog")
+        .option("topic", TOPIC)
+        .option("partitions", str(PARTITIONS))
+        .option("segment.bytes", "300")
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime=TRIGGER)
+        .start(root)
+    )
     print(f"driver: query started after {time.monotonic() - t0:.1f}s", flush=True)
     q.processAllAvailable()
     print(f"driver: every input file committed after {time.monotonic() - t0:.1f}s", flush=True)

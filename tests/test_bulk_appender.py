@@ -25,8 +25,19 @@ def _needs_direct(path) -> None:
 def _sizes(rng, n):
     """Write sizes around the interesting edges: tiny, block-unaligned, just under and over the direct
     threshold, and bigger than the per-thread buffer."""
-    pool = [1, 61, DIRECT_BLOCK - 1, DIRECT_BLOCK, DIRECT_BLOCK + 1, DIRECT_MIN_WRITE - 1, DIRECT_MIN_WRITE,
-            DIRECT_MIN_WRITE + 4095, 3 * DIRECT_MIN_WRITE + 17, (4 << 20) + 123, (9 << 20) + 1]
+    pool = [
+        1,
+        61,
+        DIRECT_BLOCK - 1,
+        DIRECT_BLOCK,
+        DIRECT_BLOCK + 1,
+        DIRECT_MIN_WRITE - 1,
+        DIRECT_MIN_WRITE,
+        DIRECT_MIN_WRITE + 4095,
+        3 * DIRECT_MIN_WRITE + 17,
+        (4 << 20) + 123,
+        (9 << 20) + 1,
+    ]
     return [int(rng.choice(pool)) for _ in range(n)]
 
 

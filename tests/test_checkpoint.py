@@ -5,8 +5,12 @@ import pytest
 
 import storage.checkpoint as checkpoint_mod
 from storage.checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
-    CorruptCheckpointError, OffsetCheckpointFile, parse_checkpoint,
+    CLEANER_OFFSET_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+    parse_checkpoint,
 )
 from storage.errors import KafkaLogError, KafkaStorageError
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
@@ -15,8 +19,7 @@ from storage.topic_partition import TopicPartition
 # What a Kafka broker leaves in a log dir (hand-written in Kafka's CheckpointFile layout).
 KAFKA_TEXT = b"0\n4\n__consumer_offsets 13 0\nmy-topic 0 100\nmy-topic 1 42\nevents.v2 7 9223372036854775807\n"
 SORTED_TEXT = b"0\n4\n__consumer_offsets 13 0\nevents.v2 7 9223372036854775807\nmy-topic 0 100\nmy-topic 1 42\n"
-KAFKA_ENTRIES = {("__consumer_offsets", 13): 0, ("my-topic", 0): 100, ("my-topic", 1): 42,
-                 ("events.v2", 7): 2**63 - 1}
+KAFKA_ENTRIES = {("__consumer_offsets", 13): 0, ("my-topic", 0): 100, ("my-topic", 1): 42, ("events.v2", 7): 2**63 - 1}
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -102,23 +105,26 @@ def test_crlf_and_extra_spaces_are_tolerated():
     assert parse_checkpoint(b"0\r\n1\r\nt  3\t7\r\n") == {("t", 3): 7}
 
 
-@pytest.mark.parametrize("text,line,what", [
-    (b"1\n0\n", 1, "version"),
-    (b"x\n0\n", 1, "version"),
-    (b" 0\n0\n", 1, "version"),
-    (b"0\n-1\n", 2, "count"),
-    (b"0\nabc\n", 2, "count"),
-    (b"0\n1\nt 0\n", 3, "topic partition offset"),
-    (b"0\n1\nt 0 1 2\n", 3, "topic partition offset"),
-    (b"0\n2\nt 0 1\nt x 1\n", 4, "partition"),
-    (b"0\n1\nt -1 1\n", 3, "partition"),
-    (b"0\n1\nt 2147483648 1\n", 3, "partition"),
-    (b"0\n1\nt 0 1.5\n", 3, "offset"),
-    (b"0\n1\nt 0 9223372036854775808\n", 3, "offset"),
-    (b"0\n1\nbad/topic 0 1\n", 3, "topic"),
-    (b"0\n2\nt 0 1\nt 0 2\n", 4, "duplicate"),
-    (b"0\n2\nt 0 1\n\n", 4, "topic partition offset"),
-])
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        (b"1\n0\n", 1, "version"),
+        (b"x\n0\n", 1, "version"),
+        (b" 0\n0\n", 1, "version"),
+        (b"0\n-1\n", 2, "count"),
+        (b"0\nabc\n", 2, "count"),
+        (b"0\n1\nt 0\n", 3, "topic partition offset"),
+        (b"0\n1\nt 0 1 2\n", 3, "topic partition offset"),
+        (b"0\n2\nt 0 1\nt x 1\n", 4, "partition"),
+        (b"0\n1\nt -1 1\n", 3, "partition"),
+        (b"0\n1\nt 2147483648 1\n", 3, "partition"),
+        (b"0\n1\nt 0 1.5\n", 3, "offset"),
+        (b"0\n1\nt 0 9223372036854775808\n", 3, "offset"),
+        (b"0\n1\nbad/topic 0 1\n", 3, "topic"),
+        (b"0\n2\nt 0 1\nt 0 2\n", 4, "duplicate"),
+        (b"0\n2\nt 0 1\n\n", 4, "topic partition offset"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(text, line, what):
     with pytest.raises(CorruptCheckpointError) as ei:
         parse_checkpoint(text, source="/logs/recovery-point-offset-checkpoint")
@@ -128,11 +134,14 @@ def test_malformed_lines_name_file_and_line(text, line, what):
     assert isinstance(ei.value, KafkaStorageError) and isinstance(ei.value, KafkaLogError)
 
 
-@pytest.mark.parametrize("text,expected,found", [
-    (b"0\n3\nt 0 1\nt 1 1\n", 3, 2),
-    (b"0\n1\nt 0 1\nt 1 1\n", 1, 2),
-    (b"0\n1\n", 1, 0),
-])
+@pytest.mark.parametrize(
+    "text,expected,found",
+    [
+        (b"0\n3\nt 0 1\nt 1 1\n", 3, 2),
+        (b"0\n1\nt 0 1\nt 1 1\n", 1, 2),
+        (b"0\n1\n", 1, 0),
+    ],
+)
 def test_entry_count_mismatch(text, expected, found):
     with pytest.raises(CorruptCheckpointError, match=f"expected {expected} entries but found {found}"):
         parse_checkpoint(text, source="f")
@@ -156,10 +165,18 @@ def test_oversized_file_refused_before_reading(fs_dir, monkeypatch):
         OffsetCheckpointFile(fs, path).read()
 
 
-@pytest.mark.parametrize("entries", [
-    {("bad topic", 0): 1}, {("", 0): 1}, {("t", -1): 1}, {("t", 2**31): 1}, {("t", 0): 2**63},
-    {("t", 0): 1.0}, {("t", True): 1},
-])
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {("bad topic", 0): 1},
+        {("", 0): 1},
+        {("t", -1): 1},
+        {("t", 2**31): 1},
+        {("t", 0): 2**63},
+        {("t", 0): 1.0},
+        {("t", True): 1},
+    ],
+)
 def test_write_rejects_bad_entries(entries, tmp_path):
     ck = OffsetCheckpointFile(LocalFileSystem(), str(tmp_path / "cp"))
     with pytest.raises(ValueError):

@@ -143,9 +143,12 @@ class Model:
 
 # ---------------------------------------------------------------------------------------- model test
 KEYS = [b"a", b"b", b"c", b"d", b"e", None]
-record_st = st.tuples(st.integers(0, 4000), st.sampled_from(KEYS),
-                      st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=20, max_size=60)),
-                      st.lists(st.tuples(st.sampled_from(["h", "trace"]), st.binary(max_size=6)), max_size=2))
+record_st = st.tuples(
+    st.integers(0, 4000),
+    st.sampled_from(KEYS),
+    st.one_of(st.none(), st.binary(max_size=40), st.binary(min_size=20, max_size=60)),
+    st.lists(st.tuples(st.sampled_from(["h", "trace"]), st.binary(max_size=6)), max_size=2),
+)
 op_st = st.one_of(
     st.tuples(st.just("append"), st.lists(record_st, min_size=1, max_size=6), st.sampled_from(CODECS)),
     st.tuples(st.just("clean"), st.integers(0, 3000)),
@@ -154,11 +157,19 @@ op_st = st.one_of(
 
 
 @settings(max_examples=70, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(op_st, min_size=2, max_size=24), segment_bytes=st.integers(150, 1500),
-       interval=st.sampled_from([0, 64, 300, 4096]), retention=st.sampled_from([0, 700, 2500]))
+@given(
+    ops=st.lists(op_st, min_size=2, max_size=24),
+    segment_bytes=st.integers(150, 1500),
+    interval=st.sampled_from([0, 64, 300, 4096]),
+    retention=st.sampled_from([0, 700, 2500]),
+)
 def test_compaction_matches_brute_force_model(ops, segment_bytes, interval, retention):
-    lm = make(f"memory://kl-{uuid.uuid4().hex}", segment_bytes=segment_bytes, index_interval_bytes=interval,
-              delete_retention_ms=retention)
+    lm = make(
+        f"memory://kl-{uuid.uuid4().hex}",
+        segment_bytes=segment_bytes,
+        index_interval_bytes=interval,
+        delete_retention_ms=retention,
+    )
     mgr = LogCleanerManager(lm)
     model = Model(retention)
     originals = {}  # batch base -> (codec, last offset, producer id)
@@ -255,9 +266,10 @@ def test_filtered_batch_keeps_base_and_last_offset_and_producer_fields(root):
         log.roll()
     LogCleanerManager(lm).clean_partition(TP, 5000)
     h = batch_headers(lm)
-    assert [(x.base_offset, x.last_offset, x.record_count, x.compression, x.producer_id, x.producer_epoch,
-             x.base_sequence) for x in h] == [(0, 9, 3, rb.CompressionType.ZSTD, 77, 3, 100),
-                                             (10, 10, 1, rb.CompressionType.NONE, 77, 3, 110)]
+    assert [
+        (x.base_offset, x.last_offset, x.record_count, x.compression, x.producer_id, x.producer_epoch, x.base_sequence)
+        for x in h
+    ] == [(0, 9, 3, rb.CompressionType.ZSTD, 77, 3, 100), (10, 10, 1, rb.CompressionType.NONE, 77, 3, 110)]
     assert [r[0] for r in parsed_records(lm)] == [6, 7, 9, 10]
     assert h[0].max_timestamp == 1009  # the kept records' largest
 
@@ -280,8 +292,9 @@ def test_no_horizon_where_stamping_would_pass_max_message_bytes(root):
 def test_control_batches_are_copied(root):
     lm = make(root)
     append(lm, [(1000, b"k", b"a", [])])
-    marker = bytearray(kp_batch([(1001, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])],
-                                producer_id=5, producer_epoch=0))
+    marker = bytearray(
+        kp_batch([(1001, b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00", [])], producer_id=5, producer_epoch=0)
+    )
     struct.pack_into(">h", marker, rb.ATTRIBUTES_OFFSET, rb.CONTROL_FLAG_MASK | rb.TRANSACTIONAL_FLAG_MASK)
     struct.pack_into(">I", marker, rb.CRC_OFFSET, rb.compute_crc(marker))
     with lm.open_log(TP, writable=True) as log:
@@ -300,8 +313,15 @@ def sizes_of(lm, tp=TP):
 def test_dirty_ratio_selection_and_order(root):
     lm = LogManager(root)
     for name, ratio in (("low", 0.9), ("mid", 0.1), ("high", 0.1), ("deleted", 0.0)):
-        lm.create_topic(name, 1, {"cleanup.policy": "delete" if name == "deleted" else "compact",
-                                  "segment.bytes": "300", "min.cleanable.dirty.ratio": str(ratio)})
+        lm.create_topic(
+            name,
+            1,
+            {
+                "cleanup.policy": "delete" if name == "deleted" else "compact",
+                "segment.bytes": "300",
+                "min.cleanable.dirty.ratio": str(ratio),
+            },
+        )
     for name, n_clean, n_dirty in (("low", 10, 10), ("mid", 30, 10), ("high", 10, 20), ("deleted", 0, 20)):
         tp = TopicPartition(name, 0)
         for i in range(n_clean):
@@ -323,8 +343,9 @@ def test_dirty_ratio_selection_and_order(root):
         clean = sum(s for b, s in sizes.items() if b < first_dirty)
         dirty = sum(s for b, s in sizes.items() if first_dirty <= b < active)
         expect[name] = dirty / (clean + dirty)
-    assert [c.tp.topic for c in chosen] == sorted((n for n in expect if expect[n] > {"low": 0.9}.get(n, 0.1)),
-                                                  key=lambda n: -expect[n])
+    assert [c.tp.topic for c in chosen] == sorted(
+        (n for n in expect if expect[n] > {"low": 0.9}.get(n, 0.1)), key=lambda n: -expect[n]
+    )
     assert [c.tp.topic for c in chosen] == ["high", "mid"]
     for c in chosen:
         assert c.cleanable_ratio == pytest.approx(expect[c.tp.topic])
@@ -480,16 +501,21 @@ def _keyed_log(root, keys: int, records: int):
     import pyarrow as pa
 
     from storage.records.builder import build_records
+
     lm = make(root, segment_bytes=8 * 1024 * 1024)
     rng = np.random.default_rng(keys)
     ids = np.concatenate([np.arange(keys), rng.integers(0, keys, records - keys)])
     rng.shuffle(ids)
     with lm.open_log(TP, writable=True) as log:
         for i in range(0, records, 200_000):
-            part = ids[i:i + 200_000]
-            table = pa.table({"key": pa.array([b"key-%09d" % k for k in part.tolist()]),
-                              "value": pa.array([b"v"] * len(part)),
-                              "timestamp": pa.array(np.full(len(part), 1000), pa.int64())})
+            part = ids[i : i + 200_000]
+            table = pa.table(
+                {
+                    "key": pa.array([b"key-%09d" % k for k in part.tolist()]),
+                    "value": pa.array([b"v"] * len(part)),
+                    "timestamp": pa.array(np.full(len(part), 1000), pa.int64()),
+                }
+            )
             log.append(build_records(table))
         log.roll()
     return lm

@@ -159,17 +159,28 @@ def live_logs(fs, root) -> dict[int, bytes]:
 
 def read_all(lm, writable=True) -> list[tuple]:
     with lm.open_log(TP, writable=writable) as log:
-        return [(r["offset"], r["timestamp"], r["key"], r["value"],
-                 tuple((h["key"], h["value"]) for h in r["headers"] or ()))
-                for b in log.read_records(0) for r in b.to_pylist()]
+        return [
+            (
+                r["offset"],
+                r["timestamp"],
+                r["key"],
+                r["value"],
+                tuple((h["key"], h["value"]) for h in r["headers"] or ()),
+            )
+            for b in log.read_records(0)
+            for r in b.to_pylist()
+        ]
 
 
 def merged_groups(lm):
     """Many small segments, a cleaned section with stamped tombstones, then a dirty section."""
     for i in range(40):
         key = b"k%d" % (i % 6)
-        append(lm, [(90_000 + i, key, None if i % 9 == 4 else b"v%d" % i * 8, [("h", b"%d" % i)])],
-               ["none", "gzip", "lz4"][i % 3])
+        append(
+            lm,
+            [(90_000 + i, key, None if i % 9 == 4 else b"v%d" % i * 8, [("h", b"%d" % i)])],
+            ["none", "gzip", "lz4"][i % 3],
+        )
     LogCleanerManager(lm).clean_partition(TP, 95_000, force=True)
     for i in range(25):
         append(lm, [(96_000 + i, b"k%d" % (i % 4), None if i == 7 else b"w%d" % i, [])], "zstd")
@@ -194,10 +205,13 @@ def roll(lm):
         log.roll()
 
 
-@pytest.mark.parametrize("workload,config", [
-    (merged_groups, {"segment.bytes": "400", "delete.retention.ms": "2000", "index.interval.bytes": "100"}),
-    (overflowing_group, {"segment.bytes": "520", "delete.retention.ms": "5000000000"}),
-])
+@pytest.mark.parametrize(
+    "workload,config",
+    [
+        (merged_groups, {"segment.bytes": "400", "delete.retention.ms": "2000", "index.interval.bytes": "100"}),
+        (overflowing_group, {"segment.bytes": "520", "delete.retention.ms": "5000000000"}),
+    ],
+)
 def test_crash_at_every_file_operation_recovers_old_or_new_per_group(workload, config):
     fs = MemoryFileSystem()
     base = f"/kl-crash-{uuid.uuid4().hex}"
@@ -241,8 +255,9 @@ def test_crash_at_every_file_operation_recovers_old_or_new_per_group(workload, c
             if live.get(new_base) == new[new_base] and new[new_base] != old.get(new_base):
                 assert not set(sources[1:]) & set(live), f"op {n} ({counting.ops[n - 1]}): mixed group {sources}"
             else:
-                assert all(live.get(s) == old[s] for s in sources), \
+                assert all(live.get(s) == old[s] for s in sources), (
                     f"op {n} ({counting.ops[n - 1]}): group {sources} is neither old nor new"
+                )
         assert {b: live[b] for b in live if b not in grouped} == {b: old[b] for b in old if b not in grouped}
         offsets = [r[0] for r in got]
         assert offsets == sorted(set(offsets)), f"op {n}: duplicate or unordered offsets"
@@ -263,8 +278,16 @@ def test_crash_during_swap_completion_at_load_recovers_old_or_new():
     fs = MemoryFileSystem()
     base = f"/kl-crash-{uuid.uuid4().hex}"
     lm = LogManager(base, fs=fs)
-    lm.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": "400", "delete.retention.ms": "2000",
-                             "index.interval.bytes": "100"})
+    lm.create_topic(
+        "t",
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "400",
+            "delete.retention.ms": "2000",
+            "index.interval.bytes": "100",
+        },
+    )
     merged_groups(lm)
     old_records = read_all(lm)
     counting = CrashingFS(fs)

@@ -20,8 +20,12 @@ from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition, parse_segment_file
 
 TP = TopicPartition("t", 0)
-CONFIG = {"cleanup.policy": "compact", "segment.bytes": "400", "min.cleanable.dirty.ratio": "0.01",
-          "file.delete.delay.ms": "0"}
+CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "400",
+    "min.cleanable.dirty.ratio": "0.01",
+    "file.delete.delay.ms": "0",
+}
 
 
 def fill(root: str) -> dict[bytes, bytes]:

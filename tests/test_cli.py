@@ -80,8 +80,20 @@ class _Cluster:
 
 
 def test_topics_create_list_describe_alter(capsys, root):
-    rc, out, err = run(capsys, "topics", root, "--create", "--topic", "events", "--partitions", "3",
-                       "--config", "segment.bytes=1000", "--config", "cleanup.policy=compact,delete")
+    rc, out, err = run(
+        capsys,
+        "topics",
+        root,
+        "--create",
+        "--topic",
+        "events",
+        "--partitions",
+        "3",
+        "--config",
+        "segment.bytes=1000",
+        "--config",
+        "cleanup.policy=compact,delete",
+    )
     assert (rc, out, err) == (0, "Created topic events.\n", "")
     assert run(capsys, "topics", root, "--create", "--topic", "a.b_c-1")[0] == 0
     assert run(capsys, "topics", root, "--list")[1] == "a.b_c-1\nevents\n"
@@ -90,13 +102,26 @@ def test_topics_create_list_describe_alter(capsys, root):
 
     rc, out, _ = run(capsys, "topics", root, "--describe", "--topic", "events")
     lines = out.splitlines()
-    assert lines[0] == (f"Topic: events\tTopicId: {meta.topic_id}\tPartitionCount: 3\t"
-                        f"Configs: cleanup.policy=compact,delete,segment.bytes=1000")
-    assert lines[1:] == [f"\tTopic: events\tPartition: {p}\tLogStartOffset: 0\tLogEndOffset: 0\tSize: 0\tSegments: 1"
-                         for p in range(3)]
+    assert lines[0] == (
+        f"Topic: events\tTopicId: {meta.topic_id}\tPartitionCount: 3\t"
+        f"Configs: cleanup.policy=compact,delete,segment.bytes=1000"
+    )
+    assert lines[1:] == [
+        f"\tTopic: events\tPartition: {p}\tLogStartOffset: 0\tLogEndOffset: 0\tSize: 0\tSegments: 1" for p in range(3)
+    ]
 
-    rc, out, _ = run(capsys, "topics", root, "--alter", "--topic", "events", "--add-config",
-                     "retention.ms=1000,cleanup.policy=[compact]", "--delete-config", "segment.bytes")
+    rc, out, _ = run(
+        capsys,
+        "topics",
+        root,
+        "--alter",
+        "--topic",
+        "events",
+        "--add-config",
+        "retention.ms=1000,cleanup.policy=[compact]",
+        "--delete-config",
+        "segment.bytes",
+    )
     assert (rc, out) == (0, "Completed updating config for topic events.\n")
     cfg = LogManager(root).topic("events").config
     assert cfg.overrides == {"cleanup.policy": "compact", "retention.ms": "1000"}
@@ -108,13 +133,16 @@ def test_topics_create_list_describe_alter(capsys, root):
     assert LogManager(root).topic("events").partitions == 3
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--config", "segmnt.bytes=100"], "Unknown topic config name: 'segmnt.bytes'"),
-    (["--config", "segment.bytes=10"], "segment.bytes"),
-    (["--config", "cleanup.policy=shred"], "cleanup.policy"),
-    (["--config", "retention.ms"], "expected key=value"),
-    (["--partitions", "0"], None),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--config", "segmnt.bytes=100"], "Unknown topic config name: 'segmnt.bytes'"),
+        (["--config", "segment.bytes=10"], "segment.bytes"),
+        (["--config", "cleanup.policy=shred"], "cleanup.policy"),
+        (["--config", "retention.ms"], "expected key=value"),
+        (["--partitions", "0"], None),
+    ],
+)
 def test_topics_create_bad_config_writes_nothing(capsys, root, argv, needle):
     rc, out, err = run(capsys, "topics", root, "--create", "--topic", "t", *argv)
     if needle is None:
@@ -136,10 +164,12 @@ def test_topics_illegal_names(capsys, root, name):
 def test_topics_alter_errors(capsys, root):
     run(capsys, "topics", root, "--create", "--topic", "t", "--config", "retention.ms=5")
     before = open(os.path.join(root, "t.kafkalog-topic.json")).read()
-    for argv, needle in [(["--add-config", "nope=1"], "Unknown topic config name"),
-                         (["--add-config", "retention.ms=-5"], "retention.ms"),
-                         (["--delete-config", "segment.bytes"], "Invalid config(s): segment.bytes"),
-                         (["--delete-config", "nope"], "Unknown topic config name")]:
+    for argv, needle in [
+        (["--add-config", "nope=1"], "Unknown topic config name"),
+        (["--add-config", "retention.ms=-5"], "retention.ms"),
+        (["--delete-config", "segment.bytes"], "Invalid config(s): segment.bytes"),
+        (["--delete-config", "nope"], "Unknown topic config name"),
+    ]:
         rc, _, err = run(capsys, "topics", root, "--alter", "--topic", "t", *argv)
         assert rc == 1 and needle in err, (argv, err)
     assert open(os.path.join(root, "t.kafkalog-topic.json")).read() == before
@@ -222,8 +252,13 @@ def test_keyed_partitioning_equals_kafka_python(capsys, root):
 
 def test_non_utf8_bytes_print_as_base64_and_replay(capsys, root):
     # b"\xff\xfe" and b"caf\xe9" are not UTF-8; they are written through the base64 form
-    rec = {"key": "//4=", "value": "Y2Fm6Q==", "headers": [["h", "AA=="], ["text", "plain"]],
-           "base64": ["key", "value", "headers.0"], "timestamp": 7}
+    rec = {
+        "key": "//4=",
+        "value": "Y2Fm6Q==",
+        "headers": [["h", "AA=="], ["text", "plain"]],
+        "base64": ["key", "value", "headers.0"],
+        "timestamp": 7,
+    }
     produce(capsys, root, "bin", [rec, {"key": "ok", "value": "AA==", "base64": ["value"]}])
     got = consume(capsys, root, "bin")
     assert got[0]["key"] == "//4=" and got[0]["value"] == "Y2Fm6Q==" and got[0]["base64"] == ["key", "value"]
@@ -239,14 +274,19 @@ def test_non_utf8_bytes_print_as_base64_and_replay(capsys, root):
     rc, _, err = run(capsys, "produce", root, "--topic", "copy", stdin=out.encode())
     assert rc == 0, err
     again = consume(capsys, root, "copy")
-    assert [{k: v for k, v in g.items() if k != "topic"} for g in again] == \
-        [{k: v for k, v in g.items() if k != "topic"} for g in got]
+    assert [{k: v for k, v in g.items() if k != "topic"} for g in again] == [
+        {k: v for k, v in g.items() if k != "topic"} for g in got
+    ]
 
 
 def test_consume_offsets_max_messages_and_latest(capsys, root):
     produce(capsys, root, "c", [{"value": str(i)} for i in range(20)], "--batch-size", "3")
-    assert [g["value"] for g in consume(capsys, root, "c", "--offset", "7", "--max-messages", "4")] == \
-        ["7", "8", "9", "10"]
+    assert [g["value"] for g in consume(capsys, root, "c", "--offset", "7", "--max-messages", "4")] == [
+        "7",
+        "8",
+        "9",
+        "10",
+    ]
     assert consume(capsys, root, "c", "--offset", "latest") == []
     assert consume(capsys, root, "c", "--offset", "20") == []
     assert len(consume(capsys, root, "c", "--from-beginning")) == 20
@@ -264,23 +304,38 @@ def test_consume_offsets_max_messages_and_latest(capsys, root):
 
 def test_consume_timestamp_across_segments_equals_brute_force(capsys, root):
     rng = np.random.default_rng(21)
-    run(capsys, "topics", root, "--create", "--topic", "ts", "--partitions", "2", "--config", "segment.bytes=400",
-        "--config", "index.interval.bytes=120")
+    run(
+        capsys,
+        "topics",
+        root,
+        "--create",
+        "--topic",
+        "ts",
+        "--partitions",
+        "2",
+        "--config",
+        "segment.bytes=400",
+        "--config",
+        "index.interval.bytes=120",
+    )
     records = []
     t = 1_000_000
     for i in range(600):
         t += int(rng.integers(-30, 45))  # timestamps go backwards now and then
         records.append({"key": f"k{i % 11}", "value": "v" * int(rng.integers(0, 25)), "timestamp": t})
     for start in range(0, 600, 150):  # several appends, each rolling several segments
-        produce(capsys, root, "ts", records[start:start + 150], "--batch-size", str(int(rng.integers(1, 6))))
+        produce(capsys, root, "ts", records[start : start + 150], "--batch-size", str(int(rng.integers(1, 6))))
     segs = [f for p in range(2) for f in os.listdir(os.path.join(root, f"ts-{p}")) if f.endswith(".log")]
     assert len(segs) >= 10
     everything = consume(capsys, root, "ts")
     assert len(everything) == 600
     by_part = {p: [g for g in everything if g["partition"] == p] for p in range(2)}
     stamps = sorted({r["timestamp"] for r in records})
-    probes = [stamps[0] - 1, stamps[0], stamps[-1], stamps[-1] + 1] + [int(x) for x in rng.choice(stamps, 25)] + \
-        [int(x) + 1 for x in rng.choice(stamps, 10)]
+    probes = (
+        [stamps[0] - 1, stamps[0], stamps[-1], stamps[-1] + 1]
+        + [int(x) for x in rng.choice(stamps, 25)]
+        + [int(x) + 1 for x in rng.choice(stamps, 10)]
+    )
     for T in probes:
         want = []
         for p in range(2):  # brute force: earliest offset with timestamp >= T, then everything from it
@@ -326,7 +381,7 @@ BAD_LINES = [
     ('{"value": "!!", "base64": ["value"]}', "not valid base64"),
     ('{"value": "b", "base64": ["nothing"]}', "'base64' names 'nothing'"),
     ('{"value": "\\ud800"}', "unpaired UTF-16 surrogate"),
-    ('7', "expected a JSON object, got number"),
+    ("7", "expected a JSON object, got number"),
 ]
 
 
@@ -377,7 +432,7 @@ def test_consume_corrupt_segment_names_file_and_position(capsys, root):
     pos = 0
     while pos < len(data):
         batches.append(pos)
-        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
     data[batches[1] + 80] ^= 0x10  # a record byte of the second batch
     open(path, "wb").write(data)
     rc, out, err = run(capsys, "consume", root, "--topic", "bad")
@@ -391,8 +446,14 @@ def test_consume_corrupt_segment_names_file_and_position(capsys, root):
 
 def test_describe_human_and_json(capsys, root):
     run(capsys, "topics", root, "--create", "--topic", "d", "--partitions", "2", "--config", "segment.bytes=300")
-    produce(capsys, root, "d", [{"key": f"k{i}", "value": "x" * 30, "timestamp": 1000 + i} for i in range(40)],
-            "--batch-size", "2")
+    produce(
+        capsys,
+        root,
+        "d",
+        [{"key": f"k{i}", "value": "x" * 30, "timestamp": 1000 + i} for i in range(40)],
+        "--batch-size",
+        "2",
+    )
     rc, out, _ = run(capsys, "describe", root, "--json")
     doc = json.loads(out)
     assert doc == LogManager(root).describe()
@@ -404,11 +465,19 @@ def test_describe_human_and_json(capsys, root):
     parts = doc["topics"][0]["partitions"]
     for p in parts:
         assert lines[3 + p["partition"]].split() == [
-            "d", str(p["partition"]), str(p["logStartOffset"]), str(p["logEndOffset"]), str(p["size"]),
-            str(len(p["segments"]))]
+            "d",
+            str(p["partition"]),
+            str(p["logStartOffset"]),
+            str(p["logEndOffset"]),
+            str(p["size"]),
+            str(len(p["segments"])),
+        ]
     seg_rows = [ln.split() for ln in lines[7:] if ln.startswith("d ")]
-    assert seg_rows == [["d", str(p["partition"]), str(s["baseOffset"]), str(s["size"]), str(s["largestTimestamp"])]
-                        for p in parts for s in p["segments"]]
+    assert seg_rows == [
+        ["d", str(p["partition"]), str(s["baseOffset"]), str(s["size"]), str(s["largestTimestamp"])]
+        for p in parts
+        for s in p["segments"]
+    ]
     total = sum(p["size"] for p in parts)
     assert lines[-1].endswith(f"{total} bytes") and sum(p["logEndOffset"] for p in parts) == 40
     assert run(capsys, "describe", root, "--topic", "nope")[0] == 1
@@ -428,8 +497,18 @@ def test_installed_script_and_module(tmp_path):
     rec = b'{"key": "DemoKey", "value": "DemoValue", "timestamp": 1599887411245}\n'
     p = subprocess.run([exe, "produce", root, "--topic", "demo"], input=rec, capture_output=True, timeout=120)
     assert p.returncode == 0 and p.stdout == b"Wrote 1 record to demo-0 at offsets 0..0\n", p.stderr
-    p = subprocess.run([sys.executable, "-m", "kafkalog_ds", "dump-log", os.path.join(root, "demo-0", f"{SEG}.log"),
-                        "--print-data-log"], capture_output=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kafkalog_ds",
+            "dump-log",
+            os.path.join(root, "demo-0", f"{SEG}.log"),
+            "--print-data-log",
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert p.returncode == 0 and b"size: 84" in p.stdout and b"key: DemoKey payload: DemoValue" in p.stdout
     p = subprocess.run([exe, "consume", root, "--topic", "demo", "--offset", "9"], capture_output=True, timeout=120)
     assert p.returncode == 1 and p.stdout == b"" and b"Traceback" not in p.stderr
@@ -439,8 +518,18 @@ def test_installed_script_and_module(tmp_path):
 
 
 def test_timestamp_bounds_of_the_topic_are_checked_before_writing(capsys, root):
-    run(capsys, "topics", root, "--create", "--topic", "tb", "--partitions", "2", "--config",
-        "message.timestamp.before.max.ms=3600000")
+    run(
+        capsys,
+        "topics",
+        root,
+        "--create",
+        "--topic",
+        "tb",
+        "--partitions",
+        "2",
+        "--config",
+        "message.timestamp.before.max.ms=3600000",
+    )
     data = lines_of([{"key": "a", "value": "now"}, {"key": "b", "value": "old", "timestamp": 1000}])
     rc, out, err = run(capsys, "produce", root, "--topic", "tb", stdin=data)
     assert rc == 1 and out == "" and err.startswith("kafkalog: error: stdin line 2: timestamp 1000 is out of range")
@@ -451,9 +540,13 @@ def test_timestamp_bounds_of_the_topic_are_checked_before_writing(capsys, root):
 @pytest.mark.parametrize("length", [222, 236, 249])
 def test_topics_as_long_as_kafka_allows_work_end_to_end(capsys, root, length):
     """Every file and temporary name made under ROOT or a partition directory fits in 255 bytes."""
-    topic = ("t" * length)[:length - 2] + ".x"
-    assert run(capsys, "topics", root, "--create", "--topic", topic, "--partitions", "2",
-               "--config", "segment.bytes=200")[0] == 0
+    topic = ("t" * length)[: length - 2] + ".x"
+    assert (
+        run(capsys, "topics", root, "--create", "--topic", topic, "--partitions", "2", "--config", "segment.bytes=200")[
+            0
+        ]
+        == 0
+    )
     produce(capsys, root, topic, [{"key": f"k{i}", "value": f"v{i}"} for i in range(20)])
     assert run(capsys, "topics", root, "--alter", "--topic", topic, "--add-config", "retention.ms=99")[0] == 0
     assert run(capsys, "topics", root, "--list")[1].split() == [topic]
@@ -484,20 +577,31 @@ def test_describe_json_is_the_document_alone_on_stdout(tmp_path):
     """`describe --json` in a real process: stdout parses as one JSON document and agrees with the files
     on disk (each segment's base offset is its file name, its size the file's size); warnings go to stderr."""
     root = str(tmp_path / "logs")
-    rc = main(["produce", root, "--topic", "j", "--batch-size", "1"],
-              stdin=io.BytesIO(lines_of({"value": f"record {i}"} for i in range(20))))
+    rc = main(
+        ["produce", root, "--topic", "j", "--batch-size", "1"],
+        stdin=io.BytesIO(lines_of({"value": f"record {i}"} for i in range(20))),
+    )
     assert rc == 0
     LogManager(root).alter_topic_config("j", {"segment.bytes": "200"})
-    assert main(["produce", root, "--topic", "j", "--batch-size", "1"],
-                stdin=io.BytesIO(lines_of({"value": f"more {i}"} for i in range(20)))) == 0
+    assert (
+        main(
+            ["produce", root, "--topic", "j", "--batch-size", "1"],
+            stdin=io.BytesIO(lines_of({"value": f"more {i}"} for i in range(20))),
+        )
+        == 0
+    )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    p = subprocess.run([sys.executable, "-m", "kafkalog_ds", "describe", root, "--json", "--topic", "j"],
-                       capture_output=True, env=env)
+    p = subprocess.run(
+        [sys.executable, "-m", "kafkalog_ds", "describe", root, "--json", "--topic", "j"], capture_output=True, env=env
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # the whole of stdout, nothing before or after
     (part,) = doc["topics"][0]["partitions"]
-    on_disk = sorted((int(n[:-4]), os.path.getsize(os.path.join(root, "j-0", n)))
-                     for n in os.listdir(os.path.join(root, "j-0")) if n.endswith(".log"))
+    on_disk = sorted(
+        (int(n[:-4]), os.path.getsize(os.path.join(root, "j-0", n)))
+        for n in os.listdir(os.path.join(root, "j-0"))
+        if n.endswith(".log")
+    )
     assert [(s["baseOffset"], s["size"]) for s in part["segments"]] == on_disk and len(on_disk) > 2
     assert part["logEndOffset"] == 40 and part["size"] == sum(size for _, size in on_disk)
 
@@ -537,8 +641,16 @@ def test_describe_says_when_root_is_not_a_log_dir(capsys, tmp_path):
 
 
 def test_produce_prints_a_summary_on_stderr(capsys, root):
-    rc, out, err = run(capsys, "produce", root, "--topic", "s", "--partitions", "2",
-                       stdin=lines_of({"value": f"v{i}"} for i in range(30)))
+    rc, out, err = run(
+        capsys,
+        "produce",
+        root,
+        "--topic",
+        "s",
+        "--partitions",
+        "2",
+        stdin=lines_of({"value": f"v{i}"} for i in range(30)),
+    )
     assert rc == 0 and out.count("Wrote ") == 2
     size = sum(os.path.getsize(os.path.join(root, f"s-{p}", SEG + ".log")) for p in range(2))
     assert re.fullmatch(rf"Wrote 30 records \({size} bytes\) to 2 partition\(s\) of s in \d+\.\d\d s\n", err), err
@@ -553,8 +665,7 @@ class _Terminal(io.StringIO):
 
 def test_produce_shows_progress_on_a_terminal_only(capsys, root, monkeypatch):
     monkeypatch.setattr(console.ProduceProgress, "PROGRESS_INTERVAL_S", 0.0)  # draw on every update
-    monkeypatch.setattr(sys.modules["kafkalog_ds.cli"], "produce",
-                        functools.partial(console.produce, block_bytes=1024))
+    monkeypatch.setattr(sys.modules["kafkalog_ds.cli"], "produce", functools.partial(console.produce, block_bytes=1024))
     records = lines_of({"value": f"value {i}"} for i in range(500))
     rc, out, err = run(capsys, "produce", root, "--topic", "p", stdin=records)  # not a terminal: no status line
     assert rc == 0 and "\r" not in err and "\r" not in out
@@ -566,8 +677,9 @@ def test_produce_shows_progress_on_a_terminal_only(capsys, root, monkeypatch):
     assert rc == 0 and "\r" not in cap.out
     drawn = re.findall(r"\r\x1b\[K([^\r]*)", text)
     assert any(re.fullmatch(r"reading stdin: [\d,]+ records, [\d,.]+ (bytes|KiB), [\d,]+ records/s", d) for d in drawn)
-    assert any(re.fullmatch(r"appending: [\d,]+ of 500 records, [\d,.]+ (bytes|KiB), [\d,]+ records/s", d)
-               for d in drawn), drawn
+    assert any(
+        re.fullmatch(r"appending: [\d,]+ of 500 records, [\d,.]+ (bytes|KiB), [\d,]+ records/s", d) for d in drawn
+    ), drawn
     # the line is cleared before the summary, which stands alone at the end
     assert re.search(r"\r\x1b\[KWrote 500 records \(\d+ bytes\) to 1 partition\(s\) of p in [\d.]+ s\n$", text)
 
@@ -580,11 +692,36 @@ def test_maintain_spark_passes_master_storage_and_cleaner_options_on(root, capsy
     run(capsys, "topics", root, "--create", "--topic", "a", "--partitions", "1")
     seen = []
     monkeypatch.setattr(maintenance, "main", lambda argv: seen.append(argv) or 0)
-    code, _, _ = run(capsys, "maintain", root, "--once", "--spark", "--master", "spark://h:7077", "--topic", "a",
-                     "--fs", "anon=true", "--cleaner-config", "log.cleaner.io.buffer.load.factor=0.5")
+    code, _, _ = run(
+        capsys,
+        "maintain",
+        root,
+        "--once",
+        "--spark",
+        "--master",
+        "spark://h:7077",
+        "--topic",
+        "a",
+        "--fs",
+        "anon=true",
+        "--cleaner-config",
+        "log.cleaner.io.buffer.load.factor=0.5",
+    )
     assert code == 0
-    assert seen == [[root, "--spark", "--master", "spark://h:7077", "--topic", "a", "--fs", "anon=true",
-                     "--cleaner-config", "log.cleaner.io.buffer.load.factor=0.5"]]
+    assert seen == [
+        [
+            root,
+            "--spark",
+            "--master",
+            "spark://h:7077",
+            "--topic",
+            "a",
+            "--fs",
+            "anon=true",
+            "--cleaner-config",
+            "log.cleaner.io.buffer.load.factor=0.5",
+        ]
+    ]
     code, _, err = run(capsys, "maintain", root, "--spark")
     assert code == 2 and "use it with --once" in err
     monkeypatch.undo()

@@ -75,7 +75,7 @@ def batches_of(path):
     # bytes after it) must add up to the file, batch for batch
     pos = count = 0
     while pos < len(data):
-        pos += 12 + int.from_bytes(data[pos + 8:pos + 12], "big")
+        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
         count += 1
     assert pos == len(data) and count == len(out), f"{path}: {len(data)} bytes, batches end at {pos}"
     return out
@@ -105,8 +105,17 @@ def test_produce_interrupted_after_one_partition_keeps_whole_batches(tmp_path):
     records += [{"key": f"k{i}", "value": f"late {i}", "partition": 1} for i in range(10)]
     seg0 = os.path.join(root, "t-0", SEG)
     with lm.open_log(TopicPartition("t", 1), writable=True):  # partition 1's write lock
-        proc = kafkalog("produce", root, "--topic", "t", "--batch-size", "100", stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = kafkalog(
+            "produce",
+            root,
+            "--topic",
+            "t",
+            "--batch-size",
+            "100",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         proc.stdin.write(lines(records))
         proc.stdin.close()
         proc.stdin = None  # for communicate()
@@ -142,7 +151,7 @@ def test_ctrl_c_in_the_middle_of_an_append_lets_the_append_finish(root, capsys, 
         if len(writes) == 2:  # the second block's append: half, Ctrl-C, the rest
             original(self, view[: view.nbytes // 2])
             signal.raise_signal(signal.SIGINT)
-            original(self, view[view.nbytes // 2:])
+            original(self, view[view.nbytes // 2 :])
         else:
             original(self, data)
 
@@ -172,8 +181,13 @@ def test_ctrl_c_in_the_middle_of_an_append_lets_the_append_finish(root, capsys, 
 def test_consume_interrupted_ends_with_whole_lines(tmp_path):
     root = str(tmp_path / "logs")
     n = 20_000
-    assert cli.main(["produce", root, "--topic", "t"],
-                    stdin=io.BytesIO(lines({"key": "k", "value": "v" * 100 + str(i)} for i in range(n)))) == 0
+    assert (
+        cli.main(
+            ["produce", root, "--topic", "t"],
+            stdin=io.BytesIO(lines({"key": "k", "value": "v" * 100 + str(i)} for i in range(n))),
+        )
+        == 0
+    )
     proc = kafkalog("consume", root, "--topic", "t", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()  # it has started printing; it now blocks on the full pipe
     if not first:
@@ -196,8 +210,15 @@ def test_consume_interrupted_ends_with_whole_lines(tmp_path):
 def test_maintain_loop_interrupted_between_passes(tmp_path):
     root = str(tmp_path / "logs")
     assert cli.main(["produce", root, "--topic", "t"], stdin=io.BytesIO(lines([{"value": "x"}]))) == 0
-    proc = kafkalog("maintain", root, "--interval-ms", "3600000", stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    env={"PYTHONUNBUFFERED": "1"})
+    proc = kafkalog(
+        "maintain",
+        root,
+        "--interval-ms",
+        "3600000",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PYTHONUNBUFFERED": "1"},
+    )
     seen = []
 
     def pass_done():

@@ -74,7 +74,7 @@ def test_snappy_xerial_framing():
     pos, chunks = 16, []
     while pos < len(out):
         (n,) = struct.unpack_from(">i", out, pos)
-        chunks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4:pos + 4 + n])))
+        chunks.append(bytes(cramjam.snappy.decompress_raw(out[pos + 4 : pos + 4 + n])))
         pos += 4 + n
     assert pos == len(out)
     assert [len(c) for c in chunks] == [32768, 32768, 32768, 100_000 - 3 * 32768]
@@ -96,7 +96,7 @@ def test_lz4_frame_is_javas_independent_block_frame():
         if n == 0:
             break
         raw, size = bool(n & 0x80000000), n & 0x7FFFFFFF
-        body = out[pos:pos + size]
+        body = out[pos : pos + size]
         blocks.append(body if raw else lz4.block.decompress(body, uncompressed_size=65536))
         pos += size
     assert pos == len(out)
@@ -123,11 +123,16 @@ FOREIGN = {
     "xerial-kafka-python": (C.SNAPPY, lambda d: kp_codec.snappy_encode(d)),
     "snappy-unframed": (C.SNAPPY, lambda d: bytes(cramjam.snappy.compress_raw(d))),
     "lz4-linked-checksummed": (C.LZ4, lambda d: lz4.frame.compress(d, block_linked=True, content_checksum=True)),
-    "lz4-content-size": (C.LZ4, lambda d: lz4.frame.compress(d, store_size=True, block_size=lz4.frame.BLOCKSIZE_MAX4MB)),
+    "lz4-content-size": (
+        C.LZ4,
+        lambda d: lz4.frame.compress(d, store_size=True, block_size=lz4.frame.BLOCKSIZE_MAX4MB),
+    ),
     "zstd-one-shot": (C.ZSTD, lambda d: zstandard.ZstdCompressor().compress(d)),
     "zstd-streamed-no-size": (C.ZSTD, _zstd_stream),
-    "zstd-two-frames": (C.ZSTD, lambda d: zstandard.ZstdCompressor().compress(d[:500])
-                        + zstandard.ZstdCompressor().compress(d[500:])),
+    "zstd-two-frames": (
+        C.ZSTD,
+        lambda d: zstandard.ZstdCompressor().compress(d[:500]) + zstandard.ZstdCompressor().compress(d[500:]),
+    ),
 }
 
 
@@ -206,18 +211,21 @@ def test_snappy_declared_size_checked_before_decompressing():
         decompress(C.SNAPPY, blob, max_bytes=1 << 20)
 
 
-@pytest.mark.parametrize("codec, blob", [
-    (C.GZIP, b"\x1f\x8b\x08\x00garbage-garbage"),
-    (C.GZIP, compress(C.GZIP, payload(10_000))[:-20]),
-    (C.SNAPPY, compress(C.SNAPPY, payload(10_000))[:-5]),
-    (C.SNAPPY, compress(C.SNAPPY, b"")[:16] + struct.pack(">i", 1000) + b"short"),
-    (C.SNAPPY, compress(C.SNAPPY, b"")[:16] + b"\x00\x00"),
-    (C.SNAPPY, b"\x05\xffnot snappy"),
-    (C.LZ4, compress(C.LZ4, payload(100_000))[:-30]),
-    (C.LZ4, b"\x04\x22\x4d\x18\x60\x40\x00junk"),
-    (C.ZSTD, compress(C.ZSTD, payload(100_000))[:-10]),
-    (C.ZSTD, b"\x28\xb5\x2f\xfdjunkjunkjunk"),
-])
+@pytest.mark.parametrize(
+    "codec, blob",
+    [
+        (C.GZIP, b"\x1f\x8b\x08\x00garbage-garbage"),
+        (C.GZIP, compress(C.GZIP, payload(10_000))[:-20]),
+        (C.SNAPPY, compress(C.SNAPPY, payload(10_000))[:-5]),
+        (C.SNAPPY, compress(C.SNAPPY, b"")[:16] + struct.pack(">i", 1000) + b"short"),
+        (C.SNAPPY, compress(C.SNAPPY, b"")[:16] + b"\x00\x00"),
+        (C.SNAPPY, b"\x05\xffnot snappy"),
+        (C.LZ4, compress(C.LZ4, payload(100_000))[:-30]),
+        (C.LZ4, b"\x04\x22\x4d\x18\x60\x40\x00junk"),
+        (C.ZSTD, compress(C.ZSTD, payload(100_000))[:-10]),
+        (C.ZSTD, b"\x28\xb5\x2f\xfdjunkjunkjunk"),
+    ],
+)
 def test_malformed_raises_corrupt(codec, blob):
     with pytest.raises(CorruptRecordError, match=r"malformed .*\(seg\.log, position 77\)"):
         decompress(codec, blob, max_bytes=1 << 20, source="seg.log", position=77)

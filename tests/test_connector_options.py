@@ -29,10 +29,19 @@ def source(**options):
     return {"path": "/nowhere", "subscribe": "t", **options}
 
 
-@pytest.mark.parametrize("name", ["checkpointLocation", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs",
-                                  "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
-                                  "spark.streaming.kafka.maxRatePerPartition", "kafka.bootstrap.servers",
-                                  "someJobSpecificThing"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "checkpointLocation",
+        "groupIdPrefix",
+        "kafkaConsumer.pollTimeoutMs",
+        "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs",
+        "spark.streaming.kafka.maxRatePerPartition",
+        "kafka.bootstrap.servers",
+        "someJobSpecificThing",
+    ],
+)
 def test_options_the_connector_takes_and_ignores_are_ignored(name, caplog):
     with caplog.at_level(logging.WARNING):
         opts = SourceOptions.parse(source(**{name: "1"}), streaming=True)
@@ -49,13 +58,19 @@ def test_a_near_miss_of_an_option_gets_a_warning_naming_ours_as_documented(caplo
     assert any("did you mean lockTimeoutMs" in m for m in messages)
 
 
-@pytest.mark.parametrize("name, words", [
-    ("kafka.auto.offset.reset", "'auto.offset.reset' is not supported. Instead set the source option 'startingoffsets'"),
-    ("kafka.key.deserializer", "'key.deserializer' is not supported as keys are deserialized as byte arrays"),
-    ("kafka.value.deserializer", "'value.deserializer' is not supported as values are deserialized"),
-    ("kafka.enable.auto.commit", "Kafka option 'enable.auto.commit' is not supported"),
-    ("kafka.interceptor.classes", "Kafka option 'interceptor.classes' is not supported"),
-])
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        (
+            "kafka.auto.offset.reset",
+            "'auto.offset.reset' is not supported. Instead set the source option 'startingoffsets'",
+        ),
+        ("kafka.key.deserializer", "'key.deserializer' is not supported as keys are deserialized as byte arrays"),
+        ("kafka.value.deserializer", "'value.deserializer' is not supported as values are deserialized"),
+        ("kafka.enable.auto.commit", "Kafka option 'enable.auto.commit' is not supported"),
+        ("kafka.interceptor.classes", "Kafka option 'interceptor.classes' is not supported"),
+    ],
+)
 def test_kafka_options_the_source_refuses_are_refused_with_its_reasons(name, words):
     with pytest.raises(InvalidConfigError, match=words.replace("(", r"\(").replace(".", r"\.")):
         SourceOptions.parse(source(**{name: "x"}), streaming=False)
@@ -85,11 +100,18 @@ def test_stream_only_and_batch_only_options(caplog):
 
 @pytest.mark.parametrize("streaming", [True, False, None])
 def test_min_offsets_above_max_is_an_error_for_streams_and_batches(streaming):
-    with pytest.raises(InvalidConfigError, match=r"minOffsetsPerTrigger\(9\) is higher than the "
-                                                 r"maxOffsetsPerTrigger\(5\)"):
+    with pytest.raises(
+        InvalidConfigError,
+        match=r"minOffsetsPerTrigger\(9\) is higher than the "
+        r"maxOffsetsPerTrigger\(5\)",
+    ):
         SourceOptions.parse(source(maxOffsetsPerTrigger="5", minOffsetsPerTrigger="9"), streaming=streaming)
-    assert SourceOptions.parse(source(maxOffsetsPerTrigger="5", minOffsetsPerTrigger="5"),
-                               streaming=streaming).min_offsets_per_trigger == 5
+    assert (
+        SourceOptions.parse(
+            source(maxOffsetsPerTrigger="5", minOffsetsPerTrigger="5"), streaming=streaming
+        ).min_offsets_per_trigger
+        == 5
+    )
 
 
 def test_a_topic_pattern_matches_where_it_is_found_and_internal_topics_are_never_read(tmp_path):
@@ -119,30 +141,48 @@ def test_max_records_per_partition_cuts_ranges():
 def struct(*fields):
     """A StructType as Spark hands a user-specified schema to reader(schema)."""
     from pyspark.sql.types import (
-        ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType,
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
     )
 
-    types = {"binary": BinaryType(), "long": LongType(), "int": IntegerType(), "string": StringType(),
-             "timestamp": TimestampType(),
-             "headers": ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))}
+    types = {
+        "binary": BinaryType(),
+        "long": LongType(),
+        "int": IntegerType(),
+        "string": StringType(),
+        "timestamp": TimestampType(),
+        "headers": ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+    }
     return StructType([StructField(name, types[t]) for name, t in fields])
 
 
-@pytest.mark.parametrize("schema, columns", [
-    (None, ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")),
-    (struct(("value", "binary"), ("offset", "long")), ("value", "offset")),
-    (struct(("headers", "headers"), ("key", "binary")), ("headers", "key")),
-    (struct(("timestamp", "timestamp")), ("timestamp",)),
-])
+@pytest.mark.parametrize(
+    "schema, columns",
+    [
+        (None, ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType")),
+        (struct(("value", "binary"), ("offset", "long")), ("value", "offset")),
+        (struct(("headers", "headers"), ("key", "binary")), ("headers", "key")),
+        (struct(("timestamp", "timestamp")), ("timestamp",)),
+    ],
+)
 def test_a_user_schema_selects_kafka_columns(schema, columns):
     assert selected_columns(schema, False) == columns
 
 
-@pytest.mark.parametrize("schema, shown", [
-    (struct(("value", "string")), "value string"),
-    (struct(("value", "binary"), ("foo", "int")), "foo int"),
-    (struct(("offset", "int")), "offset int"),
-])
+@pytest.mark.parametrize(
+    "schema, shown",
+    [
+        (struct(("value", "string")), "value string"),
+        (struct(("value", "binary"), ("foo", "int")), "foo int"),
+        (struct(("offset", "int")), "offset int"),
+    ],
+)
 def test_a_user_schema_of_other_names_or_types_is_refused_listing_the_allowed_ones(schema, shown):
     with pytest.raises(InvalidConfigError, match=f"with their Kafka types: key binary, value binary, .*got {shown}"):
         selected_columns(schema, False)
@@ -155,11 +195,13 @@ def test_an_invalid_stream_option_fails_from_initial_offset_not_from_stream_read
     assert isinstance(reader, FailedStreamReader)
     with pytest.raises(InvalidConfigError, match="ending offset not valid in streaming queries"):
         reader.initialOffset()
-    assert isinstance(KafkaLogDataSource({"path": "/nowhere", "subscribe": "t"}).streamReader(None),
-                      KafkaLogStreamReader)
+    assert isinstance(
+        KafkaLogDataSource({"path": "/nowhere", "subscribe": "t"}).streamReader(None), KafkaLogStreamReader
+    )
     with pytest.raises(InvalidConfigError, match="minOffsetsPerTrigger"):  # and schema() reports it as it is
-        KafkaLogDataSource({"path": "/p", "subscribe": "t", "minOffsetsPerTrigger": "9",
-                            "maxOffsetsPerTrigger": "1"}).schema()
+        KafkaLogDataSource(
+            {"path": "/p", "subscribe": "t", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "1"}
+        ).schema()
 
 
 def test_the_topic_option_overrides_the_topic_column(tmp_path):
@@ -185,12 +227,14 @@ def test_a_missing_topic_fails_and_an_empty_read_says_why(tmp_path, caplog):
     lm.create_topic("events", 2)
 
     def tps(streaming, **o):
-        return topic_partitions(lm, SourceOptions.parse({"path": lm.root, **o}, streaming=streaming),
-                                batch=not streaming)
+        return topic_partitions(
+            lm, SourceOptions.parse({"path": lm.root, **o}, streaming=streaming), batch=not streaming
+        )
 
     for streaming in (False, True):
-        with pytest.raises(UnknownTopicOrPartitionError, match="nosuch do not exist .*topics there: events.*"
-                                                               "subscribePattern"):
+        with pytest.raises(
+            UnknownTopicOrPartitionError, match="nosuch do not exist .*topics there: events.*subscribePattern"
+        ):
             tps(streaming, subscribe="events,nosuch")
         with pytest.raises(UnknownTopicOrPartitionError, match="nosuch do not exist"):
             tps(streaming, assign='{"nosuch":[0]}')
@@ -202,10 +246,15 @@ def test_a_missing_topic_fails_and_an_empty_read_says_why(tmp_path, caplog):
     assert "no topic in" in messages and "'^x'" in messages
     nowhere = LogManager(str(tmp_path / "typo"))
     with pytest.raises(UnknownTopicOrPartitionError, match="typo does not exist"):
-        topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"}, streaming=False),
-                         batch=True)
-    assert topic_partitions(nowhere, SourceOptions.parse({"path": nowhere.root, "subscribePattern": "^t$"},
-                                                         streaming=True)) == []
+        topic_partitions(
+            nowhere, SourceOptions.parse({"path": nowhere.root, "subscribe": "t"}, streaming=False), batch=True
+        )
+    assert (
+        topic_partitions(
+            nowhere, SourceOptions.parse({"path": nowhere.root, "subscribePattern": "^t$"}, streaming=True)
+        )
+        == []
+    )
 
 
 def test_the_zstd_level_is_the_producers_or_else_the_topics(tmp_path):
@@ -216,8 +265,10 @@ def test_the_zstd_level_is_the_producers_or_else_the_topics(tmp_path):
     from storage.staging.staged_commit import commit_staged
 
     assert SinkOptions.parse({"path": "/p", "compression.type": "zstd"}).compression_level is None
-    assert SinkOptions.parse({"path": "/p", "compression.type": "zstd", "compression.zstd.level": "1"}
-                             ).compression_level == 1
+    assert (
+        SinkOptions.parse({"path": "/p", "compression.type": "zstd", "compression.zstd.level": "1"}).compression_level
+        == 1
+    )
     with pytest.raises(InvalidConfigError, match="compression.zstd.level"):
         SinkOptions.parse({"path": "/p", "compression.type": "zstd", "compression.zstd.level": "99"})
     rng = np.random.default_rng(5)

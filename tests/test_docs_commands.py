@@ -46,7 +46,7 @@ def cli_doc_blocks() -> dict[str, str]:
     """docs/cli.md's runnable blocks by where they are: the quick tour, then each subcommand's section."""
     with open(os.path.join(REPO, "docs", "cli.md")) as f:
         text = f.read()
-    out = {"quick tour": bash_blocks(text[text.index("A quick tour"):text.index("\n## ")])[0]}
+    out = {"quick tour": bash_blocks(text[text.index("A quick tour") : text.index("\n## ")])[0]}
     for name in ("topics", "produce", "consume", "dump-log", "delete-records", "describe"):
         blocks = bash_blocks(section(text, f"\n## {name}\n"))
         assert len(blocks) == 1, name
@@ -55,11 +55,16 @@ def cli_doc_blocks() -> dict[str, str]:
 
 
 def run_block(block: str, cwd, path_dir) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": str(path_dir) + os.pathsep + os.environ.get("PATH", ""),
-           "PYTHONPATH": REPO, "TMPDIR": str(cwd)}
+    env = {
+        **os.environ,
+        "PATH": str(path_dir) + os.pathsep + os.environ.get("PATH", ""),
+        "PYTHONPATH": REPO,
+        "TMPDIR": str(cwd),
+    }
     env.pop("PYTHONSTARTUP", None)
-    return subprocess.run(["bash", "-c", "set -e -o pipefail\n" + block], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        ["bash", "-c", "set -e -o pipefail\n" + block], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture
@@ -75,7 +80,9 @@ def shell(tmp_path):
 
 
 def check(block: str, p: subprocess.CompletedProcess, where: str) -> None:
-    assert p.returncode == 0, f"{where}: exit {p.returncode}\n{block}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    assert p.returncode == 0, (
+        f"{where}: exit {p.returncode}\n{block}\nstdout:\n{p.stdout[-3000:]}\nstderr:\n{p.stderr[-3000:]}"
+    )
     assert "Traceback" not in p.stderr, f"{where}: {p.stderr[-3000:]}"
     expected = block.count(FAIL_MARK)
     codes = re.findall(r"^exit code (\d+)$", p.stdout, flags=re.M)
@@ -92,8 +99,9 @@ def test_readme_kafkalog_commands_work_pasted_in_order(shell):
     assert '"value": "hello"' in p.stdout and "maintenance pass: 3 partition(s), 0 failed" in p.stdout
 
 
-@pytest.mark.parametrize("name", ["quick tour", "topics", "produce", "consume", "dump-log", "delete-records",
-                                  "describe"])
+@pytest.mark.parametrize(
+    "name", ["quick tour", "topics", "produce", "consume", "dump-log", "delete-records", "describe"]
+)
 def test_cli_doc_commands_work_pasted_in_order(shell, name):
     work, bin_dir = shell
     block = cli_doc_blocks()[name]

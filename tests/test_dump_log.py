@@ -26,9 +26,12 @@ BATCH_RE = re.compile(
     r"producerId: (-?\d+) producerEpoch: (-?\d+) partitionLeaderEpoch: (-?\d+) isTransactional: (true|false) "
     r"isControl: (true|false) deleteHorizonMs: (OptionalLong\.empty|OptionalLong\[-?\d+\]) position: (\d+) "
     r"(CreateTime|LogAppendTime): (-?\d+) size: (\d+) magic: (\d+) compresscodec: (\w+) crc: (\d+) "
-    r"isvalid: (true|false)$")
-RECORD_RE = re.compile(r"\| offset: (\d+) (CreateTime|LogAppendTime): (-?\d+) keySize: (-?\d+) valueSize: (-?\d+) "
-                       r"sequence: (-?\d+) headerKeys: \[([^\]]*)\]")
+    r"isvalid: (true|false)$"
+)
+RECORD_RE = re.compile(
+    r"\| offset: (\d+) (CreateTime|LogAppendTime): (-?\d+) keySize: (-?\d+) valueSize: (-?\d+) "
+    r"sequence: (-?\d+) headerKeys: \[([^\]]*)\]"
+)
 
 
 def run(capsys, *argv, stdin: bytes = b""):
@@ -90,8 +93,14 @@ def _records(n, seed=3):
         key = None if i % 7 == 3 else f"user-{i % 13}"
         value = None if i % 11 == 5 else "event " * int(rng.integers(0, 30)) + str(i)
         headers = [["trace", f"t{i}"], ["nothing", None]][: i % 3]
-        out.append({"key": key, "value": value, "timestamp": 1_700_000_000_000 + int(rng.integers(-5000, 5000)),
-                    "headers": headers})
+        out.append(
+            {
+                "key": key,
+                "value": value,
+                "timestamp": 1_700_000_000_000 + int(rng.integers(-5000, 5000)),
+                "headers": headers,
+            }
+        )
     return out
 
 
@@ -103,10 +112,20 @@ def _kp_batches(path):
         b = recs.next_batch()
         valid = b.validate_crc()  # before iterating, as kafka-python requires
         records = list(b)
-        out.append(dict(base=b.base_offset, last=b.last_offset, count=b.records_count, crc=b.crc,
-                        size=b.size_in_bytes, position=pos, max_ts=b.max_timestamp, codec=b.compression_type,
-                        valid=valid, records=[(r.offset, r.timestamp, r.key, r.value,
-                                                          [h[0] for h in r.headers]) for r in records]))
+        out.append(
+            dict(
+                base=b.base_offset,
+                last=b.last_offset,
+                count=b.records_count,
+                crc=b.crc,
+                size=b.size_in_bytes,
+                position=pos,
+                max_ts=b.max_timestamp,
+                codec=b.compression_type,
+                valid=valid,
+                records=[(r.offset, r.timestamp, r.key, r.value, [h[0] for h in r.headers]) for r in records],
+            )
+        )
         pos += b.size_in_bytes
     return out
 
@@ -120,15 +139,25 @@ def _parse_dump(out: str):
         m = BATCH_RE.match(line)
         if m:
             g = m.groups()
-            batches.append(dict(base=int(g[0]), last=int(g[1]), count=int(g[2]), position=int(g[11]),
-                                max_ts=int(g[13]), size=int(g[14]), codec=g[16], crc=int(g[17]),
-                                valid=g[18] == "true", records=[]))
+            batches.append(
+                dict(
+                    base=int(g[0]),
+                    last=int(g[1]),
+                    count=int(g[2]),
+                    position=int(g[11]),
+                    max_ts=int(g[13]),
+                    size=int(g[14]),
+                    codec=g[16],
+                    crc=int(g[17]),
+                    valid=g[18] == "true",
+                    records=[],
+                )
+            )
             continue
         m = RECORD_RE.match(line)
         if m:
             g = m.groups()
-            batches[-1]["records"].append((int(g[0]), int(g[2]), int(g[3]), int(g[4]),
-                                           g[6].split(",") if g[6] else []))
+            batches[-1]["records"].append((int(g[0]), int(g[2]), int(g[3]), int(g[4]), g[6].split(",") if g[6] else []))
     return batches
 
 
@@ -141,7 +170,7 @@ def test_dump_matches_kafka_python_parse(capsys, root, block):
         for r in records[::40]:
             r["value"] = "x" * 150_000
     for i, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd", "none"]):
-        produce(capsys, root, "t", records[i * 50:(i + 1) * 50], "--compression", codec, "--batch-size", str(7 + i))
+        produce(capsys, root, "t", records[i * 50 : (i + 1) * 50], "--compression", codec, "--batch-size", str(7 + i))
     log = segment(root, "t")
     rc, out, err = run(capsys, "dump-log", log, "--deep-iteration")
     assert rc == 0 and err == ""
@@ -153,13 +182,23 @@ def test_dump_matches_kafka_python_parse(capsys, root, block):
             assert g[k] == w[k], k
         assert g["codec"] == CODEC_NAMES[w["codec"]]
         assert [(o, t, ks, vs, hk) for o, t, ks, vs, hk in g["records"]] == [
-            (o, t, -1 if k is None else len(k), -1 if v is None else len(v), hk) for o, t, k, v, hk in w["records"]]
+            (o, t, -1 if k is None else len(k), -1 if v is None else len(v), hk) for o, t, k, v, hk in w["records"]
+        ]
     assert {g["codec"] for g in got} == set(CODEC_NAMES.values())
 
 
 def test_print_data_log_prints_keys_and_payloads(capsys, root):
-    produce(capsys, root, "t", [{"key": "k", "value": "v", "timestamp": 5}, {"key": None, "value": "only"},
-                                {"key": "tomb", "value": None}, {"key": None, "value": None}])
+    produce(
+        capsys,
+        root,
+        "t",
+        [
+            {"key": "k", "value": "v", "timestamp": 5},
+            {"key": None, "value": "only"},
+            {"key": "tomb", "value": None},
+            {"key": None, "value": None},
+        ],
+    )
     rc, out, _ = run(capsys, "dump-log", segment(root, "t"), "--print-data-log")
     lines = [ln for ln in out.splitlines() if ln.startswith("|")]
     assert lines[0].endswith("headerKeys: [] key: k payload: v")
@@ -169,15 +208,18 @@ def test_print_data_log_prints_keys_and_payloads(capsys, root):
 
 
 def test_producer_fields_sequences_control_and_delete_horizon(capsys, tmp_path):
-    t = pa.table({"key": [b"a", b"b", b"c"], "value": [b"1", b"2", b"3"],
-                  "timestamp": pa.array([10, 30, 20], pa.int64())})
+    t = pa.table(
+        {"key": [b"a", b"b", b"c"], "value": [b"1", b"2", b"3"], "timestamp": pa.array([10, 30, 20], pa.int64())}
+    )
     # producer batch whose sequence wraps past Integer.MAX_VALUE, then a delete-horizon batch
-    b1 = build_records(t, producer_id=77, producer_epoch=3, base_sequence=2**31 - 2, is_transactional=True,
-                       partition_leader_epoch=4)
+    b1 = build_records(
+        t, producer_id=77, producer_epoch=3, base_sequence=2**31 - 2, is_transactional=True, partition_leader_epoch=4
+    )
     b2 = bytearray(build_records(t.slice(0, 1), base_offset=3, delete_horizon_ms=123456, partition_leader_epoch=4))
     # a COMMIT marker: key (version 0, type 1), value (version 0, coordinatorEpoch 9), control bit set
-    marker = pa.table({"key": [b"\x00\x00\x00\x01"], "value": [b"\x00\x00\x00\x00\x00\x09"],
-                       "timestamp": pa.array([40], pa.int64())})
+    marker = pa.table(
+        {"key": [b"\x00\x00\x00\x01"], "value": [b"\x00\x00\x00\x00\x00\x09"], "timestamp": pa.array([40], pa.int64())}
+    )
     b3 = bytearray(build_records(marker, base_offset=4, producer_id=77, producer_epoch=3, is_transactional=True))
     struct.pack_into(">h", b3, 21, struct.unpack_from(">h", b3, 21)[0] | CONTROL_FLAG_MASK)
     struct.pack_into(">I", b3, CRC_OFFSET, compute_crc(b3))
@@ -194,14 +236,18 @@ def test_producer_fields_sequences_control_and_delete_horizon(capsys, tmp_path):
     assert seqs == [2**31 - 2, 2**31 - 1, 0]
     assert "deleteHorizonMs: OptionalLong[123456]" in lines[6]
     assert BATCH_RE.match(lines[8]).group(10) == "true"
-    assert lines[9] == ("| offset: 4 CreateTime: 40 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
-                        "endTxnMarker: COMMIT coordinatorEpoch: 9")  # no key/payload for control records
+    assert lines[9] == (
+        "| offset: 4 CreateTime: 40 keySize: 4 valueSize: 6 sequence: -1 headerKeys: [] "
+        "endTxnMarker: COMMIT coordinatorEpoch: 9"
+    )  # no key/payload for control records
     assert [b["crc"] for b in kp] == [int(BATCH_RE.match(lines[i]).group(18)) for i in (2, 6, 8)]
 
 
 def test_log_append_time_topic(capsys, root):
-    assert run(capsys, "topics", root, "--create", "--topic", "lat", "--config",
-               "message.timestamp.type=LogAppendTime")[0] == 0
+    assert (
+        run(capsys, "topics", root, "--create", "--topic", "lat", "--config", "message.timestamp.type=LogAppendTime")[0]
+        == 0
+    )
     produce(capsys, root, "lat", [{"key": "a", "value": "b", "timestamp": 5}])
     rc, out, _ = run(capsys, "dump-log", segment(root, "lat"), "--deep-iteration")
     batch = BATCH_RE.match(out.splitlines()[2])
@@ -226,12 +272,34 @@ def _time_entries(path):
 def indexed(capsys, root):
     """A partition of several segments with dense indexes and timestamps that go backwards."""
     rng = np.random.default_rng(11)
-    assert run(capsys, "topics", root, "--create", "--topic", "ix", "--config", "segment.bytes=3000",
-               "--config", "index.interval.bytes=150")[0] == 0
+    assert (
+        run(
+            capsys,
+            "topics",
+            root,
+            "--create",
+            "--topic",
+            "ix",
+            "--config",
+            "segment.bytes=3000",
+            "--config",
+            "index.interval.bytes=150",
+        )[0]
+        == 0
+    )
     ts = 1_000_000 + np.cumsum(rng.integers(-40, 60, 400))
     for start in range(0, 400, 50):  # several appends: each may roll segments
-        produce(capsys, root, "ix", [{"key": f"k{i}", "value": "v" * int(rng.integers(0, 40)), "timestamp": int(ts[i])}
-                                     for i in range(start, start + 50)], "--batch-size", "3")
+        produce(
+            capsys,
+            root,
+            "ix",
+            [
+                {"key": f"k{i}", "value": "v" * int(rng.integers(0, 40)), "timestamp": int(ts[i])}
+                for i in range(start, start + 50)
+            ],
+            "--batch-size",
+            "3",
+        )
     d = os.path.join(root, "ix-0")
     bases = sorted(int(f[:20]) for f in os.listdir(d) if f.endswith(".log"))
     assert len(bases) >= 4
@@ -250,10 +318,10 @@ def test_index_and_time_index_dump_equal_their_entries(capsys, indexed):
         entries = _index_entries(idx)
         tentries = _time_entries(tix)
         if entries:
-            assert lines[1:1 + len(entries)] == [f"offset: {base + r} position: {p}" for r, p in entries]
+            assert lines[1 : 1 + len(entries)] == [f"offset: {base + r} position: {p}" for r, p in entries]
         else:
             assert lines[1] == f"{idx} is empty."
-        assert lines[-len(tentries):] == [f"timestamp: {t} offset: {base + r}" for t, r in tentries]
+        assert lines[-len(tentries) :] == [f"timestamp: {t} offset: {base + r}" for t, r in tentries]
         checked += len(entries) + len(tentries)
         # Kafka's entries point at batches whose last offset is the entry's offset
         kp = {b["position"]: b for b in _kp_batches(os.path.join(d, f"{base:020d}.log"))}
@@ -336,7 +404,8 @@ def test_txn_index(capsys, tmp_path):
     rc, out, _ = run(capsys, "dump-log", str(path))
     assert rc == 0 and out.splitlines()[1:] == [
         "version: 0 producerId: 5 firstOffset: 10 lastOffset: 20 lastStableOffset: 15",
-        "version: 0 producerId: 6 firstOffset: 30 lastOffset: 31 lastStableOffset: 31"]
+        "version: 0 producerId: 6 firstOffset: 30 lastOffset: 31 lastStableOffset: 31",
+    ]
 
 
 # ---------------------------------------------------------------- damaged files
@@ -355,7 +424,7 @@ def test_crc_failure_prints_isvalid_false(capsys, tmp_path):
     assert valid == ["true", "false"]
     crc_stored = struct.unpack_from(">I", data, p + CRC_OFFSET)[0]
     assert f"position: {p} " in out and f"crc: {crc_stored} isvalid: false" in out
-    assert crc32c.crc32c(bytes(data[p + 21:])) != crc_stored
+    assert crc32c.crc32c(bytes(data[p + 21 :])) != crc_stored
 
 
 def test_impossible_batch_length_names_file_and_position(capsys, tmp_path):

@@ -52,8 +52,7 @@ def fuzz_corpus(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def fuzz_runner(fuzz_corpus, tmp_path_factory):
-    runner = Runner(fuzz_corpus, seed=0, work=str(tmp_path_factory.mktemp("fuzz-work")), jobs=JOBS,
-                    bomb_every=0)
+    runner = Runner(fuzz_corpus, seed=0, work=str(tmp_path_factory.mktemp("fuzz-work")), jobs=JOBS, bomb_every=0)
     yield runner
     runner.close()
 
@@ -63,10 +62,15 @@ def assert_no_failures(outcomes, what: str):
     if not failures:
         return
     shown = "\n".join(o.message() for o in failures[:MAX_MESSAGES])
-    more = f"\n... and {len(failures) - MAX_MESSAGES} more failing (mutant, op) pairs" \
-        if len(failures) > MAX_MESSAGES else ""
-    pytest.fail(f"{what}: {len(failures)} failing (mutant, op) pair(s)\n{summary_table(outcomes)}\n\n{shown}{more}",
-                pytrace=False)
+    more = (
+        f"\n... and {len(failures) - MAX_MESSAGES} more failing (mutant, op) pairs"
+        if len(failures) > MAX_MESSAGES
+        else ""
+    )
+    pytest.fail(
+        f"{what}: {len(failures)} failing (mutant, op) pair(s)\n{summary_table(outcomes)}\n\n{shown}{more}",
+        pytrace=False,
+    )
 
 
 def test_oracle_reads_the_clean_corpus_as_written(fuzz_corpus):

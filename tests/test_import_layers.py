@@ -115,7 +115,8 @@ def test_no_import_circles():
     edges, _ = import_graph()
     cycles = find_cycles(edges)
     assert not cycles, "import circles: " + "; ".join(
-        " <-> ".join(c) + f" ({', '.join(f'{a} imports {sorted(edges[a] & set(c))}' for a in c)})" for c in cycles)
+        " <-> ".join(c) + f" ({', '.join(f'{a} imports {sorted(edges[a] & set(c))}' for a in c)})" for c in cycles
+    )
 
 
 def test_no_module_imports_a_layer_above_it():

@@ -30,21 +30,26 @@ def rows():
     out = []
     for i in range(N):
         key = None if i % 10 == 3 else b"user-%04d" % (i % 50)
-        value = None if i % 25 == 7 else (b"" if i % 31 == 0 else b'{"event": "click", "n": %d, "pad": "%s"}'
-                                          % (i, b"abc" * (i % 20)))
-        headers = [("trace", b"t-%d" % i), ("empty", b""), ("nothing", None)][:i % 4]
+        value = (
+            None
+            if i % 25 == 7
+            else (b"" if i % 31 == 0 else b'{"event": "click", "n": %d, "pad": "%s"}' % (i, b"abc" * (i % 20)))
+        )
+        headers = [("trace", b"t-%d" % i), ("empty", b""), ("nothing", None)][: i % 4]
         out.append((1_700_000_000_000 + (i * 7919) % 100_000 - 50_000, key, value, headers))
     return out
 
 
 def as_table(records) -> pa.Table:
     ts, keys, values, headers = zip(*records)
-    return pa.table({
-        "timestamp": pa.array(ts, pa.int64()),
-        "key": pa.array(keys, pa.binary()),
-        "value": pa.array(values, pa.binary()),
-        "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], HEADERS),
-    })
+    return pa.table(
+        {
+            "timestamp": pa.array(ts, pa.int64()),
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "headers": pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], HEADERS),
+        }
+    )
 
 
 def expected(records, base_offset):
@@ -106,8 +111,15 @@ def build_with(builder_cls, codec, records, base_offset, batch_size=4096):
     out = bytearray()
     pos = 0
     while pos < len(records):
-        b = builder_cls(2, int(codec), 0, PRODUCER["producer_id"], PRODUCER["producer_epoch"],
-                        PRODUCER["base_sequence"] + pos, batch_size)
+        b = builder_cls(
+            2,
+            int(codec),
+            0,
+            PRODUCER["producer_id"],
+            PRODUCER["producer_epoch"],
+            PRODUCER["base_sequence"] + pos,
+            batch_size,
+        )
         start = pos
         while pos < len(records):
             ts, k, v, h = records[pos]
@@ -130,8 +142,10 @@ def test_we_read_client_batches(builder, codec):
     assert set((scan.headers["attributes"] & 7).tolist()) == {int(codec)}  # really compressed
     assert set(scan.headers["producer_id"].tolist()) == {PRODUCER["producer_id"]}
     rb = decode_batches(buf, source="client")
-    got = [(r["offset"], r["timestamp"], r["key"], r["value"], [(h["key"], h["value"]) for h in (r["headers"] or [])])
-           for r in rb.to_pylist()]
+    got = [
+        (r["offset"], r["timestamp"], r["key"], r["value"], [(h["key"], h["value"]) for h in (r["headers"] or [])])
+        for r in rb.to_pylist()
+    ]
     assert got == expected(records, 77)
     assert set(rb.column("timestampType").to_pylist()) == {0}
 

@@ -79,8 +79,16 @@ def kafkalog(*argv: str) -> tuple[int, str, str]:
 
 def kafka_row(topic: str, r: dict) -> tuple:
     """(topic, partition, offset, timestamp, timestampType, key, value, headers) of a Kafka consumer record."""
-    return (topic, r["partition"], r["offset"], r["timestamp"], TIMESTAMP_TYPES[r["timestampType"]], r["key"],
-            r["value"], tuple((k, v) for k, v in r["headers"]))
+    return (
+        topic,
+        r["partition"],
+        r["offset"],
+        r["timestamp"],
+        TIMESTAMP_TYPES[r["timestampType"]],
+        r["key"],
+        r["value"],
+        tuple((k, v) for k, v in r["headers"]),
+    )
 
 
 def expected_rows(sc: S.Scenario, topics=None, starts: dict | None = None) -> list[tuple]:
@@ -98,8 +106,19 @@ def expected_rows(sc: S.Scenario, topics=None, starts: dict | None = None) -> li
 
 def arrow_rows(topic: str, partition: int, batch) -> list[tuple]:
     d = batch.to_pydict()
-    return [(topic, partition, d["offset"][i], d["timestamp"][i], d["timestampType"][i], d["key"][i], d["value"][i],
-             tuple((h["key"], h["value"]) for h in (d["headers"][i] or ()))) for i in range(batch.num_rows)]
+    return [
+        (
+            topic,
+            partition,
+            d["offset"][i],
+            d["timestamp"][i],
+            d["timestampType"][i],
+            d["key"][i],
+            d["value"][i],
+            tuple((h["key"], h["value"]) for h in (d["headers"][i] or ())),
+        )
+        for i in range(batch.num_rows)
+    ]
 
 
 def cli_rows(stdout: str) -> list[tuple]:
@@ -112,9 +131,18 @@ def cli_rows(stdout: str) -> list[tuple]:
         def field(v, name):
             return None if v is None else base64.b64decode(v) if name in b64 else v.encode()
 
-        out.append((r["topic"], r["partition"], r["offset"], r["timestamp"], TIMESTAMP_TYPES[r["timestampType"]],
-                    field(r["key"], "key"), field(r["value"], "value"),
-                    tuple((k, field(v, f"headers.{j}")) for j, (k, v) in enumerate(r["headers"]))))
+        out.append(
+            (
+                r["topic"],
+                r["partition"],
+                r["offset"],
+                r["timestamp"],
+                TIMESTAMP_TYPES[r["timestampType"]],
+                field(r["key"], "key"),
+                field(r["value"], "value"),
+                tuple((k, field(v, f"headers.{j}")) for j, (k, v) in enumerate(r["headers"])),
+            )
+        )
     return out
 
 
@@ -122,8 +150,19 @@ def spark_rows(rows) -> list[tuple]:
     def b(v):
         return None if v is None else bytes(v)
 
-    return [(r["topic"], r["partition"], r["offset"], r["ts"], r["timestampType"], b(r["key"]), b(r["value"]),
-             tuple((h["key"], b(h["value"])) for h in (r["headers"] or ()))) for r in rows]
+    return [
+        (
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            r["ts"],
+            r["timestampType"],
+            b(r["key"]),
+            b(r["value"]),
+            tuple((h["key"], b(h["value"])) for h in (r["headers"] or ())),
+        )
+        for r in rows
+    ]
 
 
 FIELDS = ("timestamp", "timestampType", "key", "value", "headers")
@@ -218,8 +257,9 @@ def test_the_scenario_is_what_it_claims(scenario):
         assert len({b["producerId"] for b in batches}) == 2 and all(int(b["producerId"]) >= 0 for b in batches)
         assert all(int(b["baseSequence"]) >= 0 for b in batches)
         assert len(S.live_bases(sc.log_dir / f"{S.IDEMPOTENT_TOPIC}-{p}")) >= 4
-        entries = sum(dump[f].count("\noffset: ") for f in sc.files
-                      if f"/{S.IDEMPOTENT_TOPIC}-{p}/" in f and f.endswith(".index"))
+        entries = sum(
+            dump[f].count("\noffset: ") for f in sc.files if f"/{S.IDEMPOTENT_TOPIC}-{p}/" in f and f.endswith(".index")
+        )
         assert entries >= 20, entries
     # LogAppendTime: the batch attribute, and the consumer sees the broker's clock
     for p in range(2):
@@ -273,8 +313,9 @@ def test_log_manager_reads_what_kafkas_consumer_returns(logs, phase):
                     offsets.append(((topic, p), log.log_start_offset, log.log_end_offset))
                     for batch in log.read_records(log.log_start_offset):
                         got += arrow_rows(topic, p, batch)
-    assert offsets == [(tp, logs.earliest[tp], logs.latest[tp]) for tp, _, _ in offsets], \
+    assert offsets == [(tp, logs.earliest[tp], logs.latest[tp]) for tp, _, _ in offsets], (
         "log start / end offsets differ from ListOffsets earliest / latest"
+    )
     assert_same_records(expected_rows(logs), got, f"LogManager read ({phase})")
 
 
@@ -326,15 +367,18 @@ def test_cli_consume_by_timestamp_starts_where_kafka_does(logs, phase):
             got = cli_rows(out)
             for p in range(n):
                 asked += 1
-                diffs = record_differences([r for r in expected_rows(logs, [topic], starts) if r[1] == p],
-                                           [r for r in got if r[1] == p])
+                diffs = record_differences(
+                    [r for r in expected_rows(logs, [topic], starts) if r[1] == p], [r for r in got if r[1] == p]
+                )
                 if diffs:
                     wrong.append(f"{topic}-{p} --timestamp {t} (Kafka starts at {starts[(topic, p)]}): {diffs[0]}")
     assert not wrong, f"{len(wrong)} of {asked} partitions differ ({phase}):\n" + "\n".join(wrong[:20])
 
 
-REPORT_HEADER = re.compile(r"^(Mismatches in :|Found timestamp mismatch in :|Found out of order timestamp in :|"
-                           r"The following indexed offsets are not found in|Non-consecutive offsets in )(.*)$")
+REPORT_HEADER = re.compile(
+    r"^(Mismatches in :|Found timestamp mismatch in :|Found out of order timestamp in :|"
+    r"The following indexed offsets are not found in|Non-consecutive offsets in )(.*)$"
+)
 
 
 def dump_report(stderr: str) -> Counter:
@@ -377,8 +421,10 @@ def test_dump_log_matches_kafkas_dump_log_segments(logs, phase):
     for f in differ[:3]:
         a, b = theirs[f].splitlines(), ours.get(f, "").splitlines()
         first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        detail.append(f"{f} line {first}:\n  Kafka:    {a[first] if first < len(a) else '(end)'}\n"
-                      f"  kafkalog: {b[first] if first < len(b) else '(end)'}")
+        detail.append(
+            f"{f} line {first}:\n  Kafka:    {a[first] if first < len(a) else '(end)'}\n"
+            f"  kafkalog: {b[first] if first < len(b) else '(end)'}"
+        )
     assert not differ, f"{len(differ)} of {len(files)} files dump differently ({phase}):\n" + "\n".join(detail)
     text = "".join(theirs.values())
     assert sum(len(batch_fields(t)) for t in theirs.values()) > 200  # the batch lines were compared
@@ -392,8 +438,9 @@ def test_describe_matches_the_broker(logs, phase):
     largest timestamp against the batches' max timestamps DumpLogSegments prints; the broker's own topics too (the
     KRaft metadata log, the transaction log), not other modules' topics, which share this broker."""
     internal = ["__cluster_metadata", "__transaction_state"]
-    rc, out, err = kafkalog("describe", str(logs.log_dir), "--json",
-                            *(a for t in [*logs.topics, *internal] for a in ("--topic", t)))
+    rc, out, err = kafkalog(
+        "describe", str(logs.log_dir), "--json", *(a for t in [*logs.topics, *internal] for a in ("--topic", t))
+    )
     assert rc == 0, err
     doc = json.loads(out)
     by_topic = {t["topic"]: t for t in doc["topics"]}
@@ -421,9 +468,10 @@ def test_describe_matches_the_broker(logs, phase):
                 assert s["largestTimestamp"] == largest, (tp, s)
     rc, text, err = kafkalog("describe", str(logs.log_dir), *(a for t in logs.topics for a in ("--topic", t)))
     assert rc == 0, err
-    rows = [line.split() for line in text.splitlines()[3:3 + sum(logs.topics.values())]]
+    rows = [line.split() for line in text.splitlines()[3 : 3 + sum(logs.topics.values())]]
     assert sorted((r[0], int(r[1]), int(r[2]), int(r[3])) for r in rows) == sorted(
-        (t, p, logs.earliest[(t, p)], logs.latest[(t, p)]) for t, n in logs.topics.items() for p in range(n))
+        (t, p, logs.earliest[(t, p)], logs.latest[(t, p)]) for t, n in logs.topics.items() for p in range(n)
+    )
     if phase == "stopped":  # a clean stop trims the active segments' preallocated indexes
         assert all(os.path.getsize(f) < 10 << 20 for f in logs.files)
 
@@ -431,15 +479,26 @@ def test_describe_matches_the_broker(logs, phase):
 # ---------------------------------------------------------------- Spark
 
 
-SPARK_COLUMNS = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "timestampType", "key", "value",
-                 "headers"]
+SPARK_COLUMNS = [
+    "topic",
+    "partition",
+    "offset",
+    "unix_millis(timestamp) AS ts",
+    "timestampType",
+    "key",
+    "value",
+    "headers",
+]
 
 
 def live_stream_timestamps(sc: S.Scenario) -> dict[tuple[str, int], int]:
     """A different starting timestamp per partition, taken from those asked of offsetsForTimes; the first codec
     partition's is after its last record (it starts at its end), the second's before its first."""
-    out = {(topic, p): sc.queries[topic][(7 * p + 3 * len(topic)) % len(sc.queries[topic])]
-           for topic, n in sc.topics.items() for p in range(n)}
+    out = {
+        (topic, p): sc.queries[topic][(7 * p + 3 * len(topic)) % len(sc.queries[topic])]
+        for topic, n in sc.topics.items()
+        for p in range(n)
+    }
     out[(S.CODEC_TOPIC, 0)], out[(S.CODEC_TOPIC, 1)] = sc.queries[S.CODEC_TOPIC][-1], 0
     return out
 
@@ -458,13 +517,25 @@ def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
     into a memory sink) from a different timestamp per partition (startingOffsetsByTimestamp). Stopped: spark.read
     from one timestamp for all partitions (startingTimestamp), and spark.readStream from earliest. Four Spark queries
     in all: they cost the most here."""
+
     def reader(r):
-        return (r.format("kafkalog").option("subscribePattern", S.PATTERN).option("includeHeaders", "true")
-                .option("startingOffsetsByTimestampStrategy", "latest"))
+        return (
+            r.format("kafkalog")
+            .option("subscribePattern", S.PATTERN)
+            .option("includeHeaders", "true")
+            .option("startingOffsetsByTimestampStrategy", "latest")
+        )
 
     def stream(r, name):
-        q = (r.load(root).selectExpr(*SPARK_COLUMNS).writeStream.format("memory").queryName(name)
-             .option("checkpointLocation", str(tmp_path / name)).trigger(availableNow=True).start())
+        q = (
+            r.load(root)
+            .selectExpr(*SPARK_COLUMNS)
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
         try:
             q.awaitTermination()
             assert q.exception() is None, q.exception()
@@ -474,10 +545,19 @@ def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
 
     root = str(logs.log_dir)
     if phase == "stopped":
-        rows = reader(spark_session.read).option("startingTimestamp", str(ONE_TIMESTAMP)).load(root) \
-            .selectExpr(*SPARK_COLUMNS).collect()
-        assert_same_from_timestamps(logs, {tp: ONE_TIMESTAMP for tp in logs.earliest}, spark_rows(rows),
-                                    "spark.read, startingTimestamp (stopped)")
+        rows = (
+            reader(spark_session.read)
+            .option("startingTimestamp", str(ONE_TIMESTAMP))
+            .load(root)
+            .selectExpr(*SPARK_COLUMNS)
+            .collect()
+        )
+        assert_same_from_timestamps(
+            logs,
+            {tp: ONE_TIMESTAMP for tp in logs.earliest},
+            spark_rows(rows),
+            "spark.read, startingTimestamp (stopped)",
+        )
         got = stream(reader(spark_session.readStream).option("startingOffsets", "earliest"), "b2k_stream_stopped")
         assert_same_records(expected_rows(logs), got, "spark.readStream, earliest (stopped)")
         return
@@ -488,6 +568,7 @@ def test_spark_reads_match_kafka(logs, phase, spark_session, tmp_path):
     by_topic: dict = {}
     for (topic, p), t in timestamps.items():
         by_topic.setdefault(topic, {})[str(p)] = t
-    got = stream(reader(spark_session.readStream).option("startingOffsetsByTimestamp", json.dumps(by_topic)),
-                 "b2k_stream")
+    got = stream(
+        reader(spark_session.readStream).option("startingOffsetsByTimestamp", json.dumps(by_topic)), "b2k_stream"
+    )
     assert_same_from_timestamps(logs, timestamps, got, "spark.readStream, startingOffsetsByTimestamp (live)")

@@ -54,13 +54,26 @@ DELETED_TP = TopicPartition("ho-zstd", 1)  # its log start is moved into its sec
 STAGED = "ho-lz4"  # exported into a staging directory, then copied into the broker's log dir
 
 # what a broker logs when it recovers, rebuilds, truncates or sets aside what it was given
-BAD_SIGNS = ["Found invalid messages", "Corruption found", "recovering segment and rebuilding index files",
-             "Found a corrupted index file", "marked stray", "Deleting all segments", "Truncation detected",
-             "Recovering unflushed segment", "since no clean shutdown file was found", "Found an orphaned index file",
-             "Found invalid offset during recovery", "Caught segment overflow error",
-             "is less than start offset", "Loaded stray log"]
-LOAD_RE = re.compile(r"Completed load of Log\(dir=(?P<dir>[^,]+), .*?\) with (?P<segments>\d+) segments, "
-                     r"local-log-start-offset (?P<start>\d+) and log-end-offset (?P<end>\d+)")
+BAD_SIGNS = [
+    "Found invalid messages",
+    "Corruption found",
+    "recovering segment and rebuilding index files",
+    "Found a corrupted index file",
+    "marked stray",
+    "Deleting all segments",
+    "Truncation detected",
+    "Recovering unflushed segment",
+    "since no clean shutdown file was found",
+    "Found an orphaned index file",
+    "Found invalid offset during recovery",
+    "Caught segment overflow error",
+    "is less than start offset",
+    "Loaded stray log",
+]
+LOAD_RE = re.compile(
+    r"Completed load of Log\(dir=(?P<dir>[^,]+), .*?\) with (?P<segments>\d+) segments, "
+    r"local-log-start-offset (?P<start>\d+) and log-end-offset (?P<end>\d+)"
+)
 
 
 # ---------------------------------------------------------------- input
@@ -78,12 +91,21 @@ def _rows(topic: str, batch: int, n: int, first: int, compact: bool) -> pa.Table
         else:
             keys.append(None if i % 4 == 0 else f"user-{rng.randrange(500)}".encode())
             values.append(rng.randbytes(160) if i % 3 else f"text value {batch}-{i}".encode())
-        headers.append([{"key": "trace", "value": f"t-{i}".encode()}, {"key": "empty", "value": None}] if i % 5 == 0
-                       else ([] if i % 5 == 1 else None))
+        headers.append(
+            [{"key": "trace", "value": f"t-{i}".encode()}, {"key": "empty", "value": None}]
+            if i % 5 == 0
+            else ([] if i % 5 == 1 else None)
+        )
         ts.append(T0 + 10 * i - (25 if i % 5 == 3 else 0))
     header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-                     "headers": pa.array(headers, header_type), "ts": pa.array(ts, pa.int64())})
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array(values, pa.binary()),
+            "headers": pa.array(headers, header_type),
+            "ts": pa.array(ts, pa.int64()),
+        }
+    )
 
 
 def _spark_write(spark, root: str, work, topic: str) -> None:
@@ -98,14 +120,26 @@ def _spark_write(spark, root: str, work, topic: str) -> None:
         pq.write_table(_rows(topic, batch, n, first, compact), path)
         os.utime(path, (1_600_000_000 + batch, 1_600_000_000 + batch))  # the file source takes the oldest first
         first += n
-    stream = (spark.readStream.schema("key binary, value binary, headers array<struct<key:string,value:binary>>, "
-                                      "ts long").option("maxFilesPerTrigger", 1).parquet(str(src))
-              .selectExpr("key", "value", "headers", "timestamp_millis(ts) AS timestamp"))
-    w = (stream.writeStream.format("kafkalog").option("topic", topic).option("partitions", str(PARTITIONS))
-         .option("retention.ms", "-1").option("checkpointLocation", str(work / f"ckpt-{topic}")))
+    stream = (
+        spark.readStream.schema("key binary, value binary, headers array<struct<key:string,value:binary>>, ts long")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(src))
+        .selectExpr("key", "value", "headers", "timestamp_millis(ts) AS timestamp")
+    )
+    w = (
+        stream.writeStream.format("kafkalog")
+        .option("topic", topic)
+        .option("partitions", str(PARTITIONS))
+        .option("retention.ms", "-1")
+        .option("checkpointLocation", str(work / f"ckpt-{topic}"))
+    )
     if compact:
-        w = (w.option("compression.type", "snappy").option("segment.bytes", str(COMPACT_SEGMENT_BYTES))
-             .option("cleanup.policy", "compact").option("min.cleanable.dirty.ratio", "0.01"))
+        w = (
+            w.option("compression.type", "snappy")
+            .option("segment.bytes", str(COMPACT_SEGMENT_BYTES))
+            .option("cleanup.policy", "compact")
+            .option("min.cleanable.dirty.ratio", "0.01")
+        )
     else:
         w = w.option("compression.type", CODECS[topic]).option("segment.bytes", str(SEGMENT_BYTES))
     q = w.trigger(availableNow=True).start(root)
@@ -127,8 +161,16 @@ def _kafkalog_records(root: str, topic: str) -> dict[int, list[tuple]]:
             for batch in log.read_records(log.log_start_offset):
                 d = batch.to_pydict()
                 for i in range(batch.num_rows):
-                    rows.append((d["offset"][i], d["timestamp"][i], names[d["timestampType"][i]], d["key"][i],
-                                 d["value"][i], tuple((h["key"], h["value"]) for h in d["headers"][i] or ())))
+                    rows.append(
+                        (
+                            d["offset"][i],
+                            d["timestamp"][i],
+                            names[d["timestampType"][i]],
+                            d["key"][i],
+                            d["value"][i],
+                            tuple((h["key"], h["value"]) for h in d["headers"][i] or ()),
+                        )
+                    )
         out[tp.partition] = rows
     return out
 
@@ -144,8 +186,16 @@ def _consumed(broker, topics) -> dict[str, dict[int, list[tuple]]]:
     for topic, records in zip(topics, results):
         per = {p: [] for p in range(PARTITIONS)}
         for r in records:
-            per[r["partition"]].append((r["offset"], r["timestamp"], r["timestampType"], _unb64(r["key"]),
-                                        _unb64(r["value"]), tuple((k, _unb64(v)) for k, v in r["headers"])))
+            per[r["partition"]].append(
+                (
+                    r["offset"],
+                    r["timestamp"],
+                    r["timestampType"],
+                    _unb64(r["key"]),
+                    _unb64(r["value"]),
+                    tuple((k, _unb64(v)) for k, v in r["headers"]),
+                )
+            )
         out[topic] = {p: sorted(rows) for p, rows in per.items()}
     return out
 
@@ -164,8 +214,18 @@ def _differences(expected: dict, got: dict) -> list[str]:
 
 def _dump_log_segments(files: list[str], *flags: str) -> str:
     """Kafka's DumpLogSegments over the files: stdout and stderr (where it reports mismatches)."""
-    cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka_classpath(),
-           "org.apache.kafka.tools.DumpLogSegments", "--files", ",".join(files), *flags]
+    cmd = [
+        "java",
+        "-Xmx512m",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        jars.kafka_classpath(),
+        "org.apache.kafka.tools.DumpLogSegments",
+        "--files",
+        ",".join(files),
+        *flags,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, f"DumpLogSegments {flags} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     return done.stdout + done.stderr
@@ -192,9 +252,14 @@ def _wait(condition, what: str, broker, timeout: float = 180.0):
 def _bad_lines(log: str) -> list[str]:
     """Lines of a broker log that show recovery, rebuilds, truncation, stray dirs or corrupt data (the metadata
     log's own recovery at each start aside), and any WARN or ERROR naming the handed-over topics."""
-    return [line for line in log.splitlines()
-            if any(s in line for s in BAD_SIGNS) and "__cluster_metadata" not in line
-            or re.search(r"\] (WARN|ERROR) ", line) and any(t in line for t in TOPICS)]
+    return [
+        line
+        for line in log.splitlines()
+        if any(s in line for s in BAD_SIGNS)
+        and "__cluster_metadata" not in line
+        or re.search(r"\] (WARN|ERROR) ", line)
+        and any(t in line for t in TOPICS)
+    ]
 
 
 def _segment_bases(d) -> list[int]:
@@ -221,8 +286,16 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
     assert rc == 0, out + err
     with LogManager(root).open_log(DELETED_TP) as log:
         deleted_to = log.segments[1].base_offset + 3
-    rc, out, err = _run_cli("delete-records", root, "--topic", DELETED_TP.topic, "--partition",
-                            str(DELETED_TP.partition), "--offset", str(deleted_to))
+    rc, out, err = _run_cli(
+        "delete-records",
+        root,
+        "--topic",
+        DELETED_TP.topic,
+        "--partition",
+        str(DELETED_TP.partition),
+        "--offset",
+        str(deleted_to),
+    )
     assert rc == 0, out + err
 
     # what kafkalog holds: records, and the partitions' shape as the broker must load it
@@ -233,29 +306,51 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
         for tp in lm.partitions(t):
             with lm.open_log(tp) as log:
                 segs, start = log.segments, log.log_start_offset
-                counts = [sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start())
-                          for s in segs]
+                counts = [
+                    sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start()) for s in segs
+                ]
                 # left out: segments wholly below the log start, and those holding no record (but the last)
-                kept = [s.base_offset for i, s in enumerate(segs) if i + 1 == len(segs)
-                        or (segs[i + 1].base_offset > start and counts[i])]
+                kept = [
+                    s.base_offset
+                    for i, s in enumerate(segs)
+                    if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
+                ]
                 shape[tp] = (len(kept), max(start, kept[0]), log.log_end_offset, [s.size for s in segs])
 
-    created = b.tool(*({"op": "createTopic", "topic": t, "partitions": PARTITIONS,
-                        "configs": ({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01",
-                                     "internal.segment.bytes": str(COMPACT_SEGMENT_BYTES)} if t == COMPACT
-                                    else {"retention.ms": "-1"})} for t in TOPICS))
+    created = b.tool(
+        *(
+            {
+                "op": "createTopic",
+                "topic": t,
+                "partitions": PARTITIONS,
+                "configs": (
+                    {
+                        "cleanup.policy": "compact",
+                        "min.cleanable.dirty.ratio": "0.01",
+                        "internal.segment.bytes": str(COMPACT_SEGMENT_BYTES),
+                    }
+                    if t == COMPACT
+                    else {"retention.ms": "-1"}
+                ),
+            }
+            for t in TOPICS
+        )
+    )
     topic_ids = {t: r["topicId"] for t, r in zip(TOPICS, created)}
     log_dir = b.log_dir
-    _wait(lambda: all((log_dir / f"{t}-{p}" / "partition.metadata").exists()
-                      for t in TOPICS for p in range(PARTITIONS)),
-          "the new topics' partition directories", b)
+    _wait(
+        lambda: all((log_dir / f"{t}-{p}" / "partition.metadata").exists() for t in TOPICS for p in range(PARTITIONS)),
+        "the new topics' partition directories",
+        b,
+    )
     b.stop()
     exports = {}
     for i, t in enumerate(TOPICS):
         if t == STAGED:  # the staging route, as docs/kafka-broker.md does it: export, then replace the broker's dirs
             staging = work / "staging"
-            rc, out, err = _run_cli("export-to-broker", root, "--topic", t, "--topic-id", topic_ids[t], "--to",
-                                    str(staging))
+            rc, out, err = _run_cli(
+                "export-to-broker", root, "--topic", t, "--topic-id", topic_ids[t], "--to", str(staging)
+            )
             assert rc == 0, out + err
             for p in range(PARTITIONS):
                 shutil.rmtree(log_dir / f"{t}-{p}")
@@ -267,31 +362,55 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
             rc, out, err = _run_cli(*argv)
             assert rc == 0, out + err
         exports[t] = out
-    exported = [str(log_dir / f"{t}-{p}" / n) for t in TOPICS for p in range(PARTITIONS)
-                for n in sorted(os.listdir(log_dir / f"{t}-{p}"))]
+    exported = [
+        str(log_dir / f"{t}-{p}" / n)
+        for t in TOPICS
+        for p in range(PARTITIONS)
+        for n in sorted(os.listdir(log_dir / f"{t}-{p}"))
+    ]
     indexes = [f for f in exported if f.endswith((".index", ".timeindex"))]
-    dumps = {"verify": _dump_log_segments(indexes, "--verify-index-only"),
-             "sanity": _dump_log_segments(indexes, "--index-sanity-check"),
-             "logs": _dump_log_segments([f for f in exported if f.endswith(".log")])}
-    checkpoints = {name: parse_checkpoint((log_dir / name).read_bytes())
-                   for name in (LOG_START_OFFSET_CHECKPOINT_FILE, "cleaner-offset-checkpoint")}
+    dumps = {
+        "verify": _dump_log_segments(indexes, "--verify-index-only"),
+        "sanity": _dump_log_segments(indexes, "--index-sanity-check"),
+        "logs": _dump_log_segments([f for f in exported if f.endswith(".log")]),
+    }
+    checkpoints = {
+        name: parse_checkpoint((log_dir / name).read_bytes())
+        for name in (LOG_START_OFFSET_CHECKPOINT_FILE, "cleaner-offset-checkpoint")
+    }
     partition_files = {}
     for tp in shape:
         d = log_dir / f"{tp.topic}-{tp.partition}"
         with open(d / f"{_segment_bases(d)[0]:020d}.log", "rb") as f:
             first_batch = int.from_bytes(f.read(8), "big")
-        partition_files[tp] = dict(names=sorted(os.listdir(d)), first_batch=first_batch,
-                                   **{n: (d / n).read_text() if (d / n).exists() else None
-                                      for n in ("partition.metadata", "leader-epoch-checkpoint")})
+        partition_files[tp] = dict(
+            names=sorted(os.listdir(d)),
+            first_batch=first_batch,
+            **{
+                n: (d / n).read_text() if (d / n).exists() else None
+                for n in ("partition.metadata", "leader-epoch-checkpoint")
+            },
+        )
 
     b.start()
     for t in TOPICS:
         for p in range(PARTITIONS):
             # (the name may go on with `.<id>-stray`: a directory the broker set aside is loaded first)
             b.wait_for_log(f"Completed load of Log(dir={log_dir / f'{t}-{p}'}", f"the load of {t}-{p}")
-    return dict(root=root, records=records, shape=shape, topic_ids=topic_ids, exports=exports, dumps=dumps,
-                checkpoints=checkpoints, files=partition_files, deleted_to=deleted_to, n_indexes=len(indexes),
-                broker_log=b.log_since_start(), log_dir=log_dir)
+    return dict(
+        root=root,
+        records=records,
+        shape=shape,
+        topic_ids=topic_ids,
+        exports=exports,
+        dumps=dumps,
+        checkpoints=checkpoints,
+        files=partition_files,
+        deleted_to=deleted_to,
+        n_indexes=len(indexes),
+        broker_log=b.log_since_start(),
+        log_dir=log_dir,
+    )
 
 
 @pytest.mark.kafka
@@ -343,8 +462,9 @@ def test_the_command_writes_kafkas_files_only(handoff, broker):
     assert {tp.topic for tp in cleaned if tp.topic in TOPICS} == {COMPACT}
     for t, out in handoff["exports"].items():
         lines = out.splitlines()
-        assert lines[-1].startswith(f"Exported {PARTITIONS} partition(s) of topic {t} (TopicId "
-                                    f"{handoff['topic_ids'][t]})"), out
+        assert lines[-1].startswith(
+            f"Exported {PARTITIONS} partition(s) of topic {t} (TopicId {handoff['topic_ids'][t]})"
+        ), out
         assert ("into the staging directory" if t == STAGED else "into the broker's log dir") in lines[-1]
 
 
@@ -363,16 +483,26 @@ def test_the_broker_loads_every_partition_without_recovery_or_warnings(handoff, 
             loaded[TopicPartition(topic, int(p))] = (int(m["segments"]), int(m["start"]), int(m["end"]))
     expected = {tp: (kept, start, end) for tp, (kept, start, end, _) in handoff["shape"].items()}
     assert loaded == expected
-    print(f"\nbroker loaded {len(loaded)} partitions, {sum(v[0] for v in loaded.values())} segments, "
-          f"{sum(v[2] - v[1] for v in loaded.values())} offsets; 0 warnings")
+    print(
+        f"\nbroker loaded {len(loaded)} partitions, {sum(v[0] for v in loaded.values())} segments, "
+        f"{sum(v[2] - v[1] for v in loaded.values())} offsets; 0 warnings"
+    )
 
 
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_kafkas_dump_log_segments_finds_nothing_wrong(handoff, broker):
     dumps = handoff["dumps"]
-    for word in ("Mismatches in", "timestamp mismatch", "out of order timestamp", "not found in",
-                 "isvalid: false", "invalid bytes", "Non-consecutive offsets", "Exception"):
+    for word in (
+        "Mismatches in",
+        "timestamp mismatch",
+        "out of order timestamp",
+        "not found in",
+        "isvalid: false",
+        "invalid bytes",
+        "Non-consecutive offsets",
+        "Exception",
+    ):
         assert word not in dumps["verify"] + dumps["logs"], word
     passed = dumps["sanity"].count("passed sanity check.")
     empty = dumps["sanity"].count(" is empty.")
@@ -405,8 +535,17 @@ def test_list_offsets_by_timestamp_gives_kafkalogs_offsets(handoff, broker):
         recs = handoff["records"][t]
         stamps = sorted(r[1] for rows in recs.values() for r in rows)
         picks = rng.sample(stamps, 10)
-        wanted = sorted({stamps[0] - 1, stamps[0], stamps[-1], stamps[-1] + 1, *picks, *(s + 1 for s in picks[:5]),
-                         *(s - 3 for s in picks[5:])})
+        wanted = sorted(
+            {
+                stamps[0] - 1,
+                stamps[0],
+                stamps[-1],
+                stamps[-1] + 1,
+                *picks,
+                *(s + 1 for s in picks[:5]),
+                *(s - 3 for s in picks[5:]),
+            }
+        )
         for ts in wanted:
             want = {}
             for tp in lm.partitions(t):
@@ -462,26 +601,45 @@ def broker_work(handoff, kafka_broker_session):
     b = kafka_broker_session.ensure_running()
     commands = []
     for t in CODECS:
-        steps = [{"send": {"partition": p, "key": base64.b64encode(f"broker-{p}-{i}".encode()).decode(),
-                           "value": base64.b64encode(f"appended by the broker {i}".encode()).decode(),
-                           "timestamp": T0 + 10_000_000 + i,
-                           "headers": [["from", base64.b64encode(b"kafka").decode()]]}}
-                 for p in range(PARTITIONS) for i in range(10)]
+        steps = [
+            {
+                "send": {
+                    "partition": p,
+                    "key": base64.b64encode(f"broker-{p}-{i}".encode()).decode(),
+                    "value": base64.b64encode(f"appended by the broker {i}".encode()).decode(),
+                    "timestamp": T0 + 10_000_000 + i,
+                    "headers": [["from", base64.b64encode(b"kafka").decode()]],
+                }
+            }
+            for p in range(PARTITIONS)
+            for i in range(10)
+        ]
         commands.append({"op": "produce", "topic": t, "config": {"compression.type": "lz4"}, "steps": steps})
     rng = random.Random(3)  # new values for keys the export holds, enough to roll several 16 KiB segments
-    steps = [{"send": {"key": base64.b64encode(f"key-{rng.randrange(40)}".encode()).decode(),
-                       "value": base64.b64encode(b"broker state " * 40).decode(), "timestamp": T0 + 20_000_000 + i}}
-             for i in range(400)]
-    commands.append({"op": "produce", "topic": COMPACT, "config": {"batch.size": "2000", "linger.ms": "0"},
-                     "steps": steps})
+    steps = [
+        {
+            "send": {
+                "key": base64.b64encode(f"key-{rng.randrange(40)}".encode()).decode(),
+                "value": base64.b64encode(b"broker state " * 40).decode(),
+                "timestamp": T0 + 20_000_000 + i,
+            }
+        }
+        for i in range(400)
+    ]
+    commands.append(
+        {"op": "produce", "topic": COMPACT, "config": {"batch.size": "2000", "linger.ms": "0"}, "steps": steps}
+    )
     b.tool(*commands)
     log_dir = b.log_dir
 
     def cleaned_to_active():
         path = log_dir / "cleaner-offset-checkpoint"
         done = parse_checkpoint(path.read_bytes()) if path.exists() else {}
-        return all(done.get(TopicPartition(COMPACT, p)) == _segment_bases(log_dir / f"{COMPACT}-{p}")[-1]
-                   and len(_segment_bases(log_dir / f"{COMPACT}-{p}")) > 1 for p in range(PARTITIONS))
+        return all(
+            done.get(TopicPartition(COMPACT, p)) == _segment_bases(log_dir / f"{COMPACT}-{p}")[-1]
+            and len(_segment_bases(log_dir / f"{COMPACT}-{p}")) > 1
+            for p in range(PARTITIONS)
+        )
 
     _wait(cleaned_to_active, "the broker's cleaner to clean ho-compact up to its active segments", b)
     consumed = _consumed(b, TOPICS)
@@ -539,9 +697,17 @@ def _small_root(tmp_path, *, batches=12, producer_id=-1, base_sequence=-1) -> st
     for p in range(2):
         with lm.open_log(TopicPartition("t", p), writable=True) as log:
             for i in range(batches):
-                log.append(kp_batch([(T0 + 100 * i + j, f"k{j}".encode(), f"v{p}-{i}-{j}".encode(), [("h", None)])
-                                     for j in range(3)], producer_id=producer_id, producer_epoch=0,
-                                    base_sequence=base_sequence))
+                log.append(
+                    kp_batch(
+                        [
+                            (T0 + 100 * i + j, f"k{j}".encode(), f"v{p}-{i}-{j}".encode(), [("h", None)])
+                            for j in range(3)
+                        ],
+                        producer_id=producer_id,
+                        producer_epoch=0,
+                        base_sequence=base_sequence,
+                    )
+                )
     return root
 
 
@@ -580,18 +746,25 @@ def test_export_into_a_broker_log_dir_writes_kafkas_files_and_checkpoints(tmp_pa
         d = broker_dir / f"t-{p}"
         names = sorted(os.listdir(d))
         with lm.open_log(TopicPartition("t", p)) as log:
-            kept = [s for i, s in enumerate(log.segments)
-                    if i + 1 == len(log.segments) or log.segments[i + 1].base_offset > log.log_start_offset]
-            assert names == sorted([f"{s.base_offset:020d}{sfx}" for s in kept
-                                    for sfx in (".log", ".index", ".timeindex")]
-                                   + ["leader-epoch-checkpoint", "partition.metadata"])
+            kept = [
+                s
+                for i, s in enumerate(log.segments)
+                if i + 1 == len(log.segments) or log.segments[i + 1].base_offset > log.log_start_offset
+            ]
+            assert names == sorted(
+                [f"{s.base_offset:020d}{sfx}" for s in kept for sfx in (".log", ".index", ".timeindex")]
+                + ["leader-epoch-checkpoint", "partition.metadata"]
+            )
             for s in kept:  # the same batches, but for the producer fields and the epoch (and so the CRC)
                 mine = (d / f"{s.base_offset:020d}.log").read_bytes()
                 assert len(mine) == s.size
     check = lambda name: parse_checkpoint((broker_dir / name).read_bytes())  # noqa: E731
     assert check("log-start-offset-checkpoint") == {TopicPartition("other", 0): 3, TopicPartition("t", 1): 7}
-    assert check("recovery-point-offset-checkpoint") == check("replication-offset-checkpoint") == {
-        TopicPartition("other", 0): 5, TopicPartition("t", 0): 36, TopicPartition("t", 1): 36}
+    assert (
+        check("recovery-point-offset-checkpoint")
+        == check("replication-offset-checkpoint")
+        == {TopicPartition("other", 0): 5, TopicPartition("t", 0): 36, TopicPartition("t", 1): 36}
+    )
     assert not [n for n in os.listdir(broker_dir) if "delete" in n]
     # kafkalog reads the exported partitions as it reads its own (the broker's files are a log dir too)
     assert _kafkalog_records(str(broker_dir), "t") == _kafkalog_records(root, "t")
@@ -602,32 +775,38 @@ def test_export_into_a_staging_directory(tmp_path):
     _run_cli("delete-records", root, "--topic", "t", "--partition", "0", "--offset", "5")
     rc, out, err = _run_cli("export-to-broker", root, "--topic", "t", "--to", str(tmp_path / "staging"))
     assert rc == 1 and err.startswith("kafkalog: error: --topic-id is required for a staging directory")
-    rc, out, err = _run_cli("export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to",
-                            str(tmp_path / "staging"))
+    rc, out, err = _run_cli(
+        "export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to", str(tmp_path / "staging")
+    )
     assert rc == 0, err
     assert sorted(os.listdir(tmp_path / "staging")) == ["t-0", "t-1", "t.delete-records.json"]
     assert '"offset": 5' in (tmp_path / "staging" / "t.delete-records.json").read_text()
     assert "kafka-delete-records.sh --offset-json-file" in out.splitlines()[-1]
-    rc, out, err = _run_cli("export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to",
-                            str(tmp_path / "staging"))
+    rc, out, err = _run_cli(
+        "export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to", str(tmp_path / "staging")
+    )
     assert rc == 1 and "holds" in err and "already" in err
 
 
-@pytest.mark.parametrize("case, message", [
-    ("unclean", "has no .kafka_cleanshutdown: the broker did not shut down cleanly"),
-    ("wrong-id", "is not the id of topic 't' on this broker"),
-    ("bad-id", "is not a Kafka topic id"),
-    ("records", "already holds records"),
-    ("missing-partition", "holds no directory for partition 1 of topic 't'"),
-    ("more-partitions", "holds partition 2 of topic 't', which has 2 partition(s)"),
-    ("not-a-log-dir", "is neither a Kafka broker's log dir"),
-    ("locked", "is locked by another process: a Kafka broker is running"),
-    ("damaged", "CRC mismatch"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("unclean", "has no .kafka_cleanshutdown: the broker did not shut down cleanly"),
+        ("wrong-id", "is not the id of topic 't' on this broker"),
+        ("bad-id", "is not a Kafka topic id"),
+        ("records", "already holds records"),
+        ("missing-partition", "holds no directory for partition 1 of topic 't'"),
+        ("more-partitions", "holds partition 2 of topic 't', which has 2 partition(s)"),
+        ("not-a-log-dir", "is neither a Kafka broker's log dir"),
+        ("locked", "is locked by another process: a Kafka broker is running"),
+        ("damaged", "CRC mismatch"),
+    ],
+)
 def test_export_refuses_and_changes_nothing(tmp_path, case, message):
     root = _small_root(tmp_path)
-    broker_dir = _fake_broker_dir(tmp_path / "kafka", clean=case != "unclean",
-                                  partitions=3 if case == "more-partitions" else 2)
+    broker_dir = _fake_broker_dir(
+        tmp_path / "kafka", clean=case != "unclean", partitions=3 if case == "more-partitions" else 2
+    )
     argv = ["export-to-broker", root, "--topic", "t", "--to", str(broker_dir)]
     if case == "wrong-id":
         argv += ["--topic-id", "AAAAAAAAAAAAAAAAAAAAAg"]
@@ -647,14 +826,24 @@ def test_export_refuses_and_changes_nothing(tmp_path, case, message):
             byte = f.read(1)
             f.seek(70)
             f.write(bytes([byte[0] ^ 0xFF]))
-    before = {p: sorted(os.listdir(broker_dir / p)) if (broker_dir / p).is_dir() else (broker_dir / p).read_bytes()
-              for p in os.listdir(broker_dir)}
+    before = {
+        p: sorted(os.listdir(broker_dir / p)) if (broker_dir / p).is_dir() else (broker_dir / p).read_bytes()
+        for p in os.listdir(broker_dir)
+    }
     holder = None
     if case == "locked":  # Kafka's lock: a POSIX (fcntl) lock on <log.dir>/.lock, held by another process
         holder = subprocess.Popen(
-            ["python", "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
-                             "print('locked', flush=True); sys.stdin.read()", str(broker_dir / ".lock")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [
+                "python",
+                "-c",
+                "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
+                "print('locked', flush=True); sys.stdin.read()",
+                str(broker_dir / ".lock"),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert holder.stdout.readline().strip() == "locked"
         before[".lock"] = b""
     try:
@@ -664,8 +853,10 @@ def test_export_refuses_and_changes_nothing(tmp_path, case, message):
             holder.stdin.close()
             holder.wait()
     assert rc == 1 and err.startswith("kafkalog: error: ") and message in err and len(err.splitlines()) == 1, err
-    after = {p: sorted(os.listdir(broker_dir / p)) if (broker_dir / p).is_dir() else (broker_dir / p).read_bytes()
-             for p in os.listdir(broker_dir)}
+    after = {
+        p: sorted(os.listdir(broker_dir / p)) if (broker_dir / p).is_dir() else (broker_dir / p).read_bytes()
+        for p in os.listdir(broker_dir)
+    }
     after.pop(".lock", None)
     before.pop(".lock", None)
     assert after == before
@@ -677,13 +868,21 @@ def test_transactional_batches_are_refused(tmp_path):
     root = str(tmp_path / "logs")
     lm = LogManager(root)
     lm.create_topic("t", 1)
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=9,
-                                  producer_epoch=0, base_sequence=0, batch_size=2**20)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=True,
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+        batch_size=2**20,
+    )
     b.append(0, timestamp=T0, key=b"k", value=b"v", headers=[])
     with lm.open_log(TopicPartition("t", 0), writable=True) as log:
         log.append(bytes(b.build()))
-    rc, out, err = _run_cli("export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to",
-                            str(tmp_path / "staging"))
+    rc, out, err = _run_cli(
+        "export-to-broker", root, "--topic", "t", "--topic-id", TOPIC_ID, "--to", str(tmp_path / "staging")
+    )
     assert rc == 1 and "transactional or control batch at offset 0" in err, err
     assert os.listdir(tmp_path / "staging") == []
 
@@ -727,8 +926,17 @@ def _kafkalog_records_of(lm, topic, partition):
     with lm.open_log(TopicPartition(topic, partition)) as log:
         for batch in log.read_records(log.log_start_offset):
             d = batch.to_pydict()
-            rows += [(d["offset"][i], d["timestamp"][i], "CreateTime", d["key"][i], d["value"][i],
-                      tuple((h["key"], h["value"]) for h in d["headers"][i] or ())) for i in range(batch.num_rows)]
+            rows += [
+                (
+                    d["offset"][i],
+                    d["timestamp"][i],
+                    "CreateTime",
+                    d["key"][i],
+                    d["value"][i],
+                    tuple((h["key"], h["value"]) for h in d["headers"][i] or ()),
+                )
+                for i in range(batch.num_rows)
+            ]
     return rows
 
 

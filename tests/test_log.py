@@ -58,8 +58,7 @@ def test_append_assigns_dense_offsets_and_kafka_python_reads_every_segment(root)
     assert len(bases) >= 4
     got = all_records(root, bases)
     assert [r[0] for r in got] == list(range(200))
-    assert [(r[1], r[2], r[3], [(k, v) for k, v in r[4]]) for r in got] == \
-        [(ts, k, v, h) for ts, k, v, h in expected]
+    assert [(r[1], r[2], r[3], [(k, v) for k, v in r[4]]) for r in got] == [(ts, k, v, h) for ts, k, v, h in expected]
     for base in bases:  # every segment respects segment.bytes (a batch here is < 3000 bytes)
         assert os.path.getsize(os.path.join(root, "t-0", f"{base:020d}.log")) <= 3000
 
@@ -193,6 +192,7 @@ def test_second_writer_is_locked_out(root):
 
 def test_memory_filesystem_round_trip():
     import uuid
+
     lm = make(f"memory://kl-{uuid.uuid4().hex}", segment_bytes=1500)
     with lm.open_log(TP, writable=True) as log:
         for j in range(20):
@@ -206,6 +206,7 @@ def test_memory_filesystem_round_trip():
 def test_create_time_bounds_reject_the_whole_append(root):
     lm = make(root, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=500)
     from storage.errors import InvalidTimestampError
+
     with lm.open_log(TP, writable=True) as log:
         now = 1_000_000
         log.append(kp_batch([(now - 1000, b"k", b"v", []), (now + 500, b"k", b"v", [])]), now=now)
@@ -233,8 +234,13 @@ def test_append_of_encoder_output_with_its_scan_writes_the_same_files(tmp_path, 
 
     from storage.records.builder import build_records, encode_records
 
-    table = pa.table({"key": [b"k%d" % i for i in range(3000)], "value": [b"v" * (i % 97) for i in range(3000)],
-                      "timestamp": pa.array(range(3000), pa.int64())})
+    table = pa.table(
+        {
+            "key": [b"k%d" % i for i in range(3000)],
+            "value": [b"v" * (i % 97) for i in range(3000)],
+            "timestamp": pa.array(range(3000), pa.int64()),
+        }
+    )
     roots = [str(tmp_path / "checked"), str(tmp_path / "built")]
     for root, built in zip(roots, (False, True)):
         lm = make(root, segment_bytes=40_000 if codec == "none" else 1_500, index_interval_bytes=700)
@@ -249,7 +255,10 @@ def test_append_of_encoder_output_with_its_scan_writes_the_same_files(tmp_path, 
     names = sorted(os.listdir(os.path.join(roots[0], "t-0")))
     assert names == sorted(os.listdir(os.path.join(roots[1], "t-0"))) and len(names) > 6
     for name in names:
-        with open(os.path.join(roots[0], "t-0", name), "rb") as f1, open(os.path.join(roots[1], "t-0", name), "rb") as f2:
+        with (
+            open(os.path.join(roots[0], "t-0", name), "rb") as f1,
+            open(os.path.join(roots[1], "t-0", name), "rb") as f2,
+        ):
             assert f1.read() == f2.read(), name
     bases = sorted(int(n[:20]) for n in names if n.endswith(".log"))
     got = all_records(roots[1], bases)
@@ -279,6 +288,7 @@ def test_timestamp_lookup_counts_transaction_markers_as_kafka_does(root):
     """Kafka's ListOffsets by time walks every batch, markers included (FileRecords.searchForTimestamp), and
     a marker carries the broker's clock: data ts=1000 @0, COMMIT ts=5000 @1, data ts=2000 @2 answer 1 for
     1500 and for 3000 (as a real broker did, tests/test_kafka_broker_logs.py)."""
+
     def data(offset, ts):
         b = bytearray(kp_batch([(ts, None, b"v", [])], producer_id=7, producer_epoch=0, base_sequence=offset))
         b[21:23] = struct.pack(">h", struct.unpack_from(">h", b, 21)[0] | 0x10)  # transactional

@@ -75,11 +75,18 @@ def test_table_entries_are_complete_and_self_consistent():
 
 
 def test_strings_are_parsed():
-    cfg = LogConfig.from_dict({
-        "segment.bytes": " 1024 ", "segment.ms": "+60000", "min.cleanable.dirty.ratio": "1e-1",
-        "cleanup.policy": "compact, delete", "preallocate": "TRUE", "retention.ms": "-1",
-        "compression.type": "zstd", "message.timestamp.type": "LogAppendTime",
-    })
+    cfg = LogConfig.from_dict(
+        {
+            "segment.bytes": " 1024 ",
+            "segment.ms": "+60000",
+            "min.cleanable.dirty.ratio": "1e-1",
+            "cleanup.policy": "compact, delete",
+            "preallocate": "TRUE",
+            "retention.ms": "-1",
+            "compression.type": "zstd",
+            "message.timestamp.type": "LogAppendTime",
+        }
+    )
     assert cfg.segment_bytes == 1024 and isinstance(cfg.segment_bytes, int)
     assert cfg.segment_ms == 60000
     assert cfg.min_cleanable_dirty_ratio == pytest.approx(0.1)
@@ -92,26 +99,46 @@ def test_strings_are_parsed():
 
 
 def test_typed_values_are_accepted():
-    cfg = LogConfig.from_dict({"segment.bytes": 100, "min.cleanable.dirty.ratio": 1,
-                               "cleanup.policy": ["compact"], "preallocate": True})
+    cfg = LogConfig.from_dict(
+        {"segment.bytes": 100, "min.cleanable.dirty.ratio": 1, "cleanup.policy": ["compact"], "preallocate": True}
+    )
     assert cfg.segment_bytes == 100
     assert cfg.min_cleanable_dirty_ratio == 1.0 and isinstance(cfg.min_cleanable_dirty_ratio, float)
     assert cfg.cleanup_policy == ("compact",) and cfg.compact and not cfg.delete
 
 
-@pytest.mark.parametrize("overrides", [
-    {"segment.bytes": "14"}, {"segment.ms": "1"}, {"index.interval.bytes": "0"},
-    {"segment.index.bytes": "4"}, {"retention.ms": "0"}, {"retention.ms": "-1"},
-    {"retention.bytes": "0"}, {"retention.bytes": "-5"}, {"delete.retention.ms": "0"},
-    {"file.delete.delay.ms": "0"}, {"min.compaction.lag.ms": "0"}, {"max.compaction.lag.ms": "1"},
-    {"segment.jitter.ms": "0"}, {"flush.ms": "0"}, {"flush.messages": "1"}, {"max.message.bytes": "68"},
-    {"min.cleanable.dirty.ratio": "0"}, {"min.cleanable.dirty.ratio": "1"}, {"cleanup.policy": ""},
-    {"compression.gzip.level": "-1"}, {"compression.gzip.level": "9"}, {"compression.zstd.level": "-131072"},
-    {"segment.bytes": str(2**31 - 1)}, {"retention.ms": str(LONG_MAX)},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"segment.bytes": "14"},
+        {"segment.ms": "1"},
+        {"index.interval.bytes": "0"},
+        {"segment.index.bytes": "4"},
+        {"retention.ms": "0"},
+        {"retention.ms": "-1"},
+        {"retention.bytes": "0"},
+        {"retention.bytes": "-5"},
+        {"delete.retention.ms": "0"},
+        {"file.delete.delay.ms": "0"},
+        {"min.compaction.lag.ms": "0"},
+        {"max.compaction.lag.ms": "1"},
+        {"segment.jitter.ms": "0"},
+        {"flush.ms": "0"},
+        {"flush.messages": "1"},
+        {"max.message.bytes": "68"},
+        {"min.cleanable.dirty.ratio": "0"},
+        {"min.cleanable.dirty.ratio": "1"},
+        {"cleanup.policy": ""},
+        {"compression.gzip.level": "-1"},
+        {"compression.gzip.level": "9"},
+        {"compression.zstd.level": "-131072"},
+        {"segment.bytes": str(2**31 - 1)},
+        {"retention.ms": str(LONG_MAX)},
+    ],
+)
 def test_kafka_3x_minimums_are_legal(overrides):
     cfg = LogConfig.from_dict(overrides)
-    (name, value), = overrides.items()
+    ((name, value),) = overrides.items()
     assert cfg.overrides[name] == (value if name != "min.cleanable.dirty.ratio" else str(float(value)))
 
 
@@ -120,34 +147,37 @@ def test_empty_cleanup_policy_means_neither():
     assert cfg.cleanup_policy == () and not cfg.compact and not cfg.delete
 
 
-@pytest.mark.parametrize("name,value,rule", [
-    ("segment.bytes", "13", "at least 14"),
-    ("max.message.bytes", "0", "at least 68"),  # Kafka takes 0, and then no batch can be appended
-    ("segment.ms", "0", "at least 1"),
-    ("segment.index.bytes", "3", "at least 4"),
-    ("index.interval.bytes", "-1", "at least 0"),
-    ("retention.ms", "-2", "at least -1"),
-    ("delete.retention.ms", "-1", "at least 0"),
-    ("max.compaction.lag.ms", "0", "at least 1"),
-    ("flush.messages", "0", "at least 1"),
-    ("min.cleanable.dirty.ratio", "1.5", "no more than 1"),
-    ("min.cleanable.dirty.ratio", "-0.1", "at least 0"),
-    ("min.cleanable.dirty.ratio", "nan", "number"),
-    ("min.cleanable.dirty.ratio", "inf", "number"),
-    ("segment.bytes", str(2**31), "32-bit integer"),
-    ("segment.ms", str(2**63), "64-bit integer"),
-    ("segment.bytes", "1_000", "32-bit integer"),
-    ("segment.bytes", "1.5", "32-bit integer"),
-    ("segment.bytes", "", "32-bit integer"),
-    ("cleanup.policy", "compact,Delete", "'Delete'"),
-    ("cleanup.policy", "compact,", "''"),
-    ("compression.type", "none", "uncompressed"),
-    ("compression.type", "GZIP", "one of"),
-    ("message.timestamp.type", "createtime", "one of"),
-    ("preallocate", "yes", "true or false"),
-    ("compression.gzip.level", "0", "[1,...,9] or -1"),
-    ("compression.lz4.level", "18", "[1,...,17]"),
-])
+@pytest.mark.parametrize(
+    "name,value,rule",
+    [
+        ("segment.bytes", "13", "at least 14"),
+        ("max.message.bytes", "0", "at least 68"),  # Kafka takes 0, and then no batch can be appended
+        ("segment.ms", "0", "at least 1"),
+        ("segment.index.bytes", "3", "at least 4"),
+        ("index.interval.bytes", "-1", "at least 0"),
+        ("retention.ms", "-2", "at least -1"),
+        ("delete.retention.ms", "-1", "at least 0"),
+        ("max.compaction.lag.ms", "0", "at least 1"),
+        ("flush.messages", "0", "at least 1"),
+        ("min.cleanable.dirty.ratio", "1.5", "no more than 1"),
+        ("min.cleanable.dirty.ratio", "-0.1", "at least 0"),
+        ("min.cleanable.dirty.ratio", "nan", "number"),
+        ("min.cleanable.dirty.ratio", "inf", "number"),
+        ("segment.bytes", str(2**31), "32-bit integer"),
+        ("segment.ms", str(2**63), "64-bit integer"),
+        ("segment.bytes", "1_000", "32-bit integer"),
+        ("segment.bytes", "1.5", "32-bit integer"),
+        ("segment.bytes", "", "32-bit integer"),
+        ("cleanup.policy", "compact,Delete", "'Delete'"),
+        ("cleanup.policy", "compact,", "''"),
+        ("compression.type", "none", "uncompressed"),
+        ("compression.type", "GZIP", "one of"),
+        ("message.timestamp.type", "createtime", "one of"),
+        ("preallocate", "yes", "true or false"),
+        ("compression.gzip.level", "0", "[1,...,9] or -1"),
+        ("compression.lz4.level", "18", "[1,...,17]"),
+    ],
+)
 def test_bad_values_name_key_value_and_rule(name, value, rule):
     with pytest.raises(InvalidConfigError) as ei:
         LogConfig.from_dict({name: value})
@@ -226,16 +256,24 @@ def test_max_segment_ms_follows_kafka():
 
 
 def test_compression_codec_for_every_topic_value():
-    expect = {"uncompressed": CompressionType.NONE, "gzip": CompressionType.GZIP,
-              "snappy": CompressionType.SNAPPY, "lz4": CompressionType.LZ4, "zstd": CompressionType.ZSTD,
-              "producer": None}
+    expect = {
+        "uncompressed": CompressionType.NONE,
+        "gzip": CompressionType.GZIP,
+        "snappy": CompressionType.SNAPPY,
+        "lz4": CompressionType.LZ4,
+        "zstd": CompressionType.ZSTD,
+        "producer": None,
+    }
     for name, codec in expect.items():
         assert LogConfig.from_dict({"compression.type": name}).compression_codec is codec
 
 
 def test_parse_config_pairs():
     assert parse_config_pairs(["segment.bytes=100", "cleanup.policy=compact,delete", "x=a=b"]) == {
-        "segment.bytes": "100", "cleanup.policy": "compact,delete", "x": "a=b"}
+        "segment.bytes": "100",
+        "cleanup.policy": "compact,delete",
+        "x": "a=b",
+    }
     assert parse_config_pairs(["a=1", "a=2"]) == {"a": "2"}
     assert parse_config_pairs([" k =v"]) == {"k": "v"}
     with pytest.raises(InvalidConfigError, match="'segment.bytes'.*key=value"):
@@ -251,5 +289,6 @@ def test_the_smallest_batch_is_what_the_config_floor_says():
     from storage.records.record_batch import MIN_BATCH_BYTES
 
     import pyarrow as pa
+
     smallest = build_records(pa.table({"key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary())}))
     assert floor == MIN_BATCH_BYTES == len(smallest)

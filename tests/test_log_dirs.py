@@ -31,7 +31,7 @@ def placed(dirs: list[str]) -> dict[TopicPartition, str]:
     """Which dir holds each live partition directory, from the OS listing."""
     out = {}
     for d in dirs:
-        for name in (os.listdir(d) if os.path.isdir(d) else []):
+        for name in os.listdir(d) if os.path.isdir(d) else []:
             parsed = parse_log_dir_name(name)
             if parsed is not None and parsed.kind == "live" and os.path.isdir(os.path.join(d, name)):
                 assert parsed.topic_partition not in out, f"{parsed.topic_partition} in two dirs"
@@ -87,11 +87,15 @@ def test_new_partitions_go_to_the_dir_with_fewest(dirs):
     os.makedirs(os.path.join(dirs[2], "z-1"))
     counts = {d: list(placed(dirs).values()).count(d) for d in dirs}
     lm.create_topic("w", 2)
-    assert {tp: d for tp, d in placed(dirs).items() if tp.topic == "w"} == \
-        model_placement(dirs, counts, [TopicPartition("w", 0), TopicPartition("w", 1)])
+    assert {tp: d for tp, d in placed(dirs).items() if tp.topic == "w"} == model_placement(
+        dirs, counts, [TopicPartition("w", 0), TopicPartition("w", 1)]
+    )
     # topic files live in the first dir only
-    assert sorted(n for n in os.listdir(dirs[0]) if n.endswith(".kafkalog-topic.json")) == \
-        ["w.kafkalog-topic.json", "x.kafkalog-topic.json", "y.kafkalog-topic.json"]
+    assert sorted(n for n in os.listdir(dirs[0]) if n.endswith(".kafkalog-topic.json")) == [
+        "w.kafkalog-topic.json",
+        "x.kafkalog-topic.json",
+        "y.kafkalog-topic.json",
+    ]
     assert not any(n.endswith(".json") for d in dirs[1:] for n in os.listdir(d))
 
 
@@ -111,11 +115,18 @@ def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dir
         assert [r[3] for b in kp_parse(data) for r in b["records"]] == [str(p).encode() * (p + 1)] * (p + 1)
     rc, out, err = run(capsys, "consume", "log.dirs=" + ",".join(dirs), "--topic", "t")
     assert rc == 0, err
-    assert [(json.loads(line)["partition"], json.loads(line)["offset"]) for line in out.splitlines()] == \
-        [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
+    assert [(json.loads(line)["partition"], json.loads(line)["offset"]) for line in out.splitlines()] == [
+        (0, 0),
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+    ]
     doc = lm.describe()
-    assert [(p["partition"], p["logDir"], p["logEndOffset"]) for p in doc["topics"][0]["partitions"]] == \
-        [(p, where[TopicPartition("t", p)], p + 1) for p in range(3)]
+    assert [(p["partition"], p["logDir"], p["logEndOffset"]) for p in doc["topics"][0]["partitions"]] == [
+        (p, where[TopicPartition("t", p)], p + 1) for p in range(3)
+    ]
     for d in dirs:
         mine = {(tp.topic, tp.partition) for tp, holder in where.items() if holder == d}
         assert set(checkpoint_text(os.path.join(d, "recovery-point-offset-checkpoint"))) == mine
@@ -126,7 +137,9 @@ def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dir
         assert (("t", 2) in checkpoint_text(os.path.join(d, "log-start-offset-checkpoint"))) == (d == where[tp])
     with LogManager("log.dirs=" + ",".join(dirs)).open_log(tp) as log:
         assert log.log_start_offset == 2
-    assert json.loads(run(capsys, "describe", "log.dirs=" + ",".join(dirs), "--json")[1])["root"] == "log.dirs=" + ",".join(dirs)
+    assert json.loads(run(capsys, "describe", "log.dirs=" + ",".join(dirs), "--json")[1])[
+        "root"
+    ] == "log.dirs=" + ",".join(dirs)
 
 
 def test_a_topic_file_in_another_dir_is_read(dirs):
@@ -146,8 +159,11 @@ def test_the_same_partition_in_two_dirs_is_an_error_naming_both(capsys, dirs):
     holder = placed(dirs)[TopicPartition("t", 0)]
     other = [d for d in dirs if d != holder][0]
     os.makedirs(os.path.join(other, "t-0"))
-    for call in (lambda: lm.open_log(TopicPartition("t", 0)), lambda: lm.describe(),
-                 lambda: lm.partition_dir(TopicPartition("t", 0))):
+    for call in (
+        lambda: lm.open_log(TopicPartition("t", 0)),
+        lambda: lm.describe(),
+        lambda: lm.partition_dir(TopicPartition("t", 0)),
+    ):
         with pytest.raises(KafkaStorageError) as e:
             call()
         assert os.path.join(holder, "t-0") in str(e.value) and os.path.join(other, "t-0") in str(e.value)

@@ -37,11 +37,11 @@ def build_log(root, batches, config, sessions, per_append):
     cut = max(1, len(batches) // sessions)
     for s in range(0, len(batches), cut):
         with lm.open_log(TP, writable=True) as log:
-            session = batches[s:s + cut]
+            session = batches[s : s + cut]
             for a in range(0, len(session), per_append):  # several batches per append: rolls happen mid-append
                 first = len(model)
                 data = b""
-                for timestamps in session[a:a + per_append]:
+                for timestamps in session[a : a + per_append]:
                     base = len(model)
                     recs = [(ts, None, b"v%d" % (base + i), []) for i, ts in enumerate(timestamps)]
                     data += kp_batch(recs)
@@ -66,9 +66,13 @@ def test_reads_match_brute_force(workload, data):
             # read from random offsets to the end, and bounded ranges
             for start in data.draw(st.lists(st.integers(0, len(model)), min_size=1, max_size=5)):
                 end = data.draw(st.integers(start, len(model)))
-                got = [(o, t, v) for b in log.read_records(start, end)
-                       for o, t, v in zip(b.column("offset").to_pylist(), b.column("timestamp").to_pylist(),
-                                          b.column("value").to_pylist())]
+                got = [
+                    (o, t, v)
+                    for b in log.read_records(start, end)
+                    for o, t, v in zip(
+                        b.column("offset").to_pylist(), b.column("timestamp").to_pylist(), b.column("value").to_pylist()
+                    )
+                ]
                 assert got == model[start:end]
             # earliest offset whose timestamp >= T
             for t in probes_t + [r[1] for r in model[:3]]:

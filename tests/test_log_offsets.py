@@ -102,8 +102,11 @@ def test_fresh_files_are_not_trusted(root):
     for _ in range(3):
         assert cache.offsets(lm, tp).log_end_offset == 3
     assert (cache.hits, cache.misses) == (0, 3)
-    now[0] = max(written, os.stat(os.path.join(lm.partition_dir(tp), "00000000000000000000.log")).st_mtime_ns) \
-        + SETTLE_NS + 1
+    now[0] = (
+        max(written, os.stat(os.path.join(lm.partition_dir(tp), "00000000000000000000.log")).st_mtime_ns)
+        + SETTLE_NS
+        + 1
+    )
     cache.offsets(lm, tp)
     cache.offsets(lm, tp)
     assert (cache.hits, cache.misses) == (1, 4)
@@ -145,13 +148,13 @@ def test_planning_reads_each_partition_once_and_triggers_reopen_only_changed(roo
     opened = []
     real_open = LogManager.open_log
     monkeypatch.setattr(LogManager, "open_log", lambda self, tp, **k: opened.append(tp) or real_open(self, tp, **k))
-    batch = KafkaLogBatchReader(SourceOptions.parse({"path": root, "subscribepattern": ".*"}, streaming=False),
-                                ("value",))
+    batch = KafkaLogBatchReader(
+        SourceOptions.parse({"path": root, "subscribepattern": ".*"}, streaming=False), ("value",)
+    )
     assert len(batch.partitions()) == 60
     assert len(opened) == 60
 
-    stream = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribe": "a,b"}, streaming=True),
-                                  ("value",))
+    stream = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribe": "a,b"}, streaming=True), ("value",))
     first = stream.latestOffset(stream.initialOffset(), None)
     opened.clear()
     latest = stream.latestOffset(first, None)
@@ -193,15 +196,19 @@ def test_a_commit_over_many_partitions_rewrites_the_checkpoints_once(root, monke
 
     lm = LogManager(root)
     lm.create_topic("t", 40)
-    rows = pa.table({"key": pa.array([b"k%d" % i for i in range(400)], pa.binary()),
-                     "value": [b"v%d" % i for i in range(400)]})
+    rows = pa.table(
+        {"key": pa.array([b"k%d" % i for i in range(400)], pa.binary()), "value": [b"v%d" % i for i in range(400)]}
+    )
     st = RecordStager(lm, 3, topic="t", compression=CompressionType.NONE, task_index=0)
     st.add(rows)
     staged = st.finish()
     writes, parses = [], []
     real_write = type(lm.fs).write_atomic
-    monkeypatch.setattr(type(lm.fs), "write_atomic",
-                        lambda self, path, data, **k: writes.append(os.path.basename(path)) or real_write(self, path, data, **k))
+    monkeypatch.setattr(
+        type(lm.fs),
+        "write_atomic",
+        lambda self, path, data, **k: writes.append(os.path.basename(path)) or real_write(self, path, data, **k),
+    )
     real_parse = checkpoint_module.parse_checkpoint
     monkeypatch.setattr(checkpoint_module, "parse_checkpoint", lambda *a, **k: parses.append(1) or real_parse(*a, **k))
     result = commit_staged(lm, 3, 0, [staged])
@@ -264,8 +271,9 @@ def test_a_subscribed_trigger_never_lists_the_whole_root(root, monkeypatch):
     assert latest == {"a": {"0": 0, "1": 3, "2": 0, "3": 0}}
     stream.partitions(start, latest)
     assert os.path.abspath(root) not in [os.path.abspath(p) for p in listed]
-    pattern = KafkaLogStreamReader(SourceOptions.parse({"path": root, "subscribepattern": "^a$"}, streaming=True),
-                                   ("value",))
+    pattern = KafkaLogStreamReader(
+        SourceOptions.parse({"path": root, "subscribepattern": "^a$"}, streaming=True), ("value",)
+    )
     assert pattern.latestOffset(pattern.initialOffset(), None) == latest
     assert os.path.abspath(root) in [os.path.abspath(p) for p in listed]  # the counter sees a root listing
 

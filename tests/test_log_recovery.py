@@ -144,6 +144,7 @@ def test_damage_before_the_recovery_point_is_not_rewritten_but_is_reported_on_re
     with lm.open_log(TP, writable=True) as log:  # recovery point is the log end: nothing truncated
         assert log.log_end_offset == 30
     from storage.records.decoder import decode_batches
+
     with lm.open_log(TP) as log:
         with pytest.raises(CorruptRecordError, match="CRC"):
             for c in log.read(0):

@@ -106,14 +106,23 @@ def test_job_beside_a_live_streaming_writer_loses_nothing(spark_session, tmp_pat
     """Compaction and retention passes (plain and as a Spark job) while a streaming query writes:
     the log stays valid, offsets keep increasing, and the latest value of every key survives."""
     root, ckpt, src = str(tmp_path / "logs"), str(tmp_path / "ckpt"), str(tmp_path / "in")
-    rows = spark_session.range(0, 6000, numPartitions=30).selectExpr("CAST(id % 40 AS STRING) AS key",
-                                                                     "CAST(id AS STRING) AS value")
+    rows = spark_session.range(0, 6000, numPartitions=30).selectExpr(
+        "CAST(id % 40 AS STRING) AS key", "CAST(id AS STRING) AS value"
+    )
     rows.write.parquet(src)
     stream = spark_session.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1).parquet(src)
-    q = (stream.writeStream.format("kafkalog").option("topic", "kv").option("partitions", "2")
-         .option("cleanup.policy", "compact").option("segment.bytes", "2000")
-         .option("min.cleanable.dirty.ratio", "0.01").option("file.delete.delay.ms", "0")
-         .option("checkpointLocation", ckpt).trigger(processingTime="200 milliseconds").start(root))
+    q = (
+        stream.writeStream.format("kafkalog")
+        .option("topic", "kv")
+        .option("partitions", "2")
+        .option("cleanup.policy", "compact")
+        .option("segment.bytes", "2000")
+        .option("min.cleanable.dirty.ratio", "0.01")
+        .option("file.delete.delay.ms", "0")
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime="200 milliseconds")
+        .start(root)
+    )
     passes, cleanings = 0, 0
     try:
         while q.isActive and not q.exception():

@@ -101,8 +101,9 @@ def random_append(rng, n0):
         data = b"".join(kp_batch([(t, k, v, [])], codec=codec) for t, k, v in zip(ts, keys, vals))
     else:
         codec = rng.choice(list(CompressionType))
-        table = pa.table({"key": pa.array(keys, pa.binary()), "value": vals,
-                          "timestamp": pa.array(ts, pa.timestamp("ms"))})
+        table = pa.table(
+            {"key": pa.array(keys, pa.binary()), "value": vals, "timestamp": pa.array(ts, pa.timestamp("ms"))}
+        )
         data = build_records(table, compression=codec, max_batch_bytes=rng.choice([200, 700, 100_000]))
     return data, list(zip(ts, keys, vals))
 
@@ -138,8 +139,16 @@ def test_appends_reads_reopens_and_timestamp_lookups_match_a_model(seed):
             hi = rng.randint(lo + 1, len(model))
             got = pa.Table.from_batches(list(log.read_records(lo, hi)))
             assert got.column("offset").to_pylist() == list(range(lo, hi))
-            assert list(zip(got.column("timestamp").cast(pa.int64()).to_pylist(), got.column("key").to_pylist(),
-                            got.column("value").to_pylist())) == model[lo:hi]
+            assert (
+                list(
+                    zip(
+                        got.column("timestamp").cast(pa.int64()).to_pylist(),
+                        got.column("key").to_pylist(),
+                        got.column("value").to_pylist(),
+                    )
+                )
+                == model[lo:hi]
+            )
             for t in [TS0 - 6000, TS0 + rng.randint(-5000, 5000), TS0 + 6000]:
                 want = next((i for i, (ts, _, _) in enumerate(model) if ts >= t), None)
                 assert log.offset_for_timestamp(t) == want, t
@@ -172,7 +181,8 @@ def test_local_and_memory_filesystems_keep_the_locked_append_protocol(tmp_path):
             log.append(build_records(pa.table({"value": [b"a"]})))
             log.append(build_records(pa.table({"value": [b"b"]})))
         assert [f.name for f in fs.listdir(fs.join(root, "t-0")) if f.name.endswith(".log")] == [
-            "00000000000000000000.log"]  # appended in place, not one file per append
+            "00000000000000000000.log"
+        ]  # appended in place, not one file per append
 
 
 def test_a_lost_race_appends_nothing_and_needs_a_reopen():
@@ -223,9 +233,17 @@ def test_missing_index_objects_are_rebuilt_in_memory_and_written_by_writers():
     lm = manager({"index.interval.bytes": str(interval)})
     with lm.open_log(TP, writable=True) as log:
         for i in range(3):
-            log.append(build_records(pa.table({"value": [b"v%03d" % j * 8 for j in range(40)],
-                                               "timestamp": pa.array([TS0 + i * 100 + j for j in range(40)],
-                                                                     pa.timestamp("ms"))}), max_batch_bytes=250))
+            log.append(
+                build_records(
+                    pa.table(
+                        {
+                            "value": [b"v%03d" % j * 8 for j in range(40)],
+                            "timestamp": pa.array([TS0 + i * 100 + j for j in range(40)], pa.timestamp("ms")),
+                        }
+                    ),
+                    max_batch_bytes=250,
+                )
+            )
     before = objects(lm)
     d = lm.partition_dir(TP)
     for sfx in (".index", ".timeindex"):
@@ -274,8 +292,10 @@ def test_no_lock_is_ever_taken(monkeypatch):
 def test_a_store_without_create_only_writes_is_read_only():
     fs = ObjectStoreFileSystem(fsspec.filesystem("memory"), atomic_create=False)
     root = f"/obj-{uuid.uuid4().hex}"
-    fs.write_atomic(fs.join(root, "t.kafkalog-topic.json"),
-                    json.dumps({"version": 1, "topic": "t", "partitions": 1, "config": {}}).encode())
+    fs.write_atomic(
+        fs.join(root, "t.kafkalog-topic.json"),
+        json.dumps({"version": 1, "topic": "t", "partitions": 1, "config": {}}).encode(),
+    )
     fs.write_atomic(fs.join(root, "t-0", f"{0:020d}.log"), kp_batch([(TS0, None, b"x", [])]))  # no index objects
     lm = LogManager(root, fs=fs)
     with lm.open_log(TP) as log:
@@ -291,8 +311,14 @@ def stage(lm, writer, lo, hi, task=0, topic="t", **kw):
     st = RecordStager(lm, writer, topic=topic, compression=CompressionType.NONE, task_index=task, **kw)
     for a in range(lo, hi, 10):  # several adds, as Spark hands a task several Arrow batches
         b = min(hi, a + 10)
-        st.add(pa.table({"key": pa.array([None] * (b - a), pa.binary()),
-                         "value": [b"w%d-%d" % (writer, i) for i in range(a, b)]}))
+        st.add(
+            pa.table(
+                {
+                    "key": pa.array([None] * (b - a), pa.binary()),
+                    "value": [b"w%d-%d" % (writer, i) for i in range(a, b)],
+                }
+            )
+        )
     return st.finish()
 
 
@@ -362,6 +388,7 @@ def test_exactly_once_against_a_model_with_stale_lost_and_garbage_hints(seed, mo
         n = f.records
         dies = not replay and rng.random() < 0.25
         if dies:
+
             def dies_after_commit_point(self, writer_id):
                 raise Crash()
 
@@ -380,7 +407,7 @@ def test_exactly_once_against_a_model_with_stale_lost_and_garbage_hints(seed, mo
     objs = objects(lm)
     got = []
     for o in objs.values():
-        (writer, _, batch), = set(producer_fields(o[0]))
+        ((writer, _, batch),) = set(producer_fields(o[0]))
         got.append((writer, batch, [r[3] for b in kp_parse(o[0]) for r in b["records"]]))
     assert got == expected
     offsets = [r[0] for o in objs.values() for b in kp_parse(o[0]) for r in b["records"]]
@@ -426,7 +453,10 @@ def test_bounded_retries_end_in_a_clear_error(monkeypatch):
     assert e.value.partition == 0 and rival["n"] == 3
     monkeypatch.undo()
     assert [r[3] for r in (x for o in objects(lm).values() for b in kp_parse(o[0]) for x in b["records"])] == [
-        b"rival-1", b"rival-2", b"rival-3"]
+        b"rival-1",
+        b"rival-2",
+        b"rival-3",
+    ]
 
 
 def test_the_check_reads_only_the_headers_after_the_hint(monkeypatch):
@@ -436,6 +466,7 @@ def test_the_check_reads_only_the_headers_after_the_hint(monkeypatch):
     commit_staged(lm, 2, 0, [stage(lm, 2, 0, 3)])
     reads = []
     real = ObjectStoreFileSystem.read
+
     def counted(self, path, start=0, end=None):
         reads.append((path, start, end))
         return real(self, path, start, end)

@@ -98,8 +98,14 @@ def read_all(log, start=None) -> list[tuple]:
     if not batches:
         return []
     t = pa.Table.from_batches(batches)
-    return list(zip(t.column("offset").to_pylist(), t.column("timestamp").cast(pa.int64()).to_pylist(),
-                    t.column("key").to_pylist(), t.column("value").to_pylist()))
+    return list(
+        zip(
+            t.column("offset").to_pylist(),
+            t.column("timestamp").cast(pa.int64()).to_pylist(),
+            t.column("key").to_pylist(),
+            t.column("value").to_pylist(),
+        )
+    )
 
 
 def check_indexes(lm, interval):
@@ -124,8 +130,12 @@ def kafka_groups(segs, segment_bytes, index_bytes, interval):
         i += 1
         while i < len(sizes):
             b, s, x, t, last = sizes[i]
-            if size + s > segment_bytes or idx + x > index_bytes or tidx + t > index_bytes \
-                    or last - g[0][0] > 2**31 - 1:
+            if (
+                size + s > segment_bytes
+                or idx + x > index_bytes
+                or tidx + t > index_bytes
+                or last - g[0][0] > 2**31 - 1
+            ):
                 break
             g.append(sizes[i])
             size, idx, tidx = size + s, idx + x, tidx + t
@@ -138,19 +148,25 @@ def kafka_groups(segs, segment_bytes, index_bytes, interval):
 
 
 @pytest.mark.parametrize("seed", range(6))
-
 def test_merge_concatenates_the_groups_kafka_would_form(seed):
     rng = random.Random(seed)
     interval = rng.choice([0, 100, 300, 4096])
     seg_bytes = rng.choice([400, 1000, 3000])
     index_bytes = rng.choice([24, 48, 10_485_760])  # small index limits end groups too
-    lm = manager({"segment.bytes": str(seg_bytes), "index.interval.bytes": str(interval), "retention.ms": "-1",
-                  "segment.index.bytes": str(index_bytes)})
+    lm = manager(
+        {
+            "segment.bytes": str(seg_bytes),
+            "index.interval.bytes": str(interval),
+            "retention.ms": "-1",
+            "segment.index.bytes": str(index_bytes),
+        }
+    )
     model = []
     for _ in range(rng.randint(2, 25)):
         n = rng.randint(1, 4)
-        recs = [(TS0 + rng.randint(-50, 50), b"k%d" % rng.randint(0, 5), b"v" * rng.randint(0, 120), [])
-                for _ in range(n)]
+        recs = [
+            (TS0 + rng.randint(-50, 50), b"k%d" % rng.randint(0, 5), b"v" * rng.randint(0, 120), []) for _ in range(n)
+        ]
         base = append(lm, recs, codec=rng.choice(["none", "gzip", "zstd"]))
         model += [(base + i, ts, k, v) for i, (ts, k, v, _) in enumerate(recs)]
     before = live_logs(lm)
@@ -261,8 +277,11 @@ def test_retention_and_delete_records_match_the_model(seed):
     with lm.open_log(TP) as log:
         assert (log.log_start_offset, log.log_end_offset) == (want_start, leo)
         assert read_all(log) == [r for r in model if r[0] >= want_start]
-    run(lm, now + 120_000, **{"kafkalog.segment.merge.min.age.ms": str(10**12),
-                              "kafkalog.maintenance.lease.ttl.ms": "1000"})
+    run(
+        lm,
+        now + 120_000,
+        **{"kafkalog.segment.merge.min.age.ms": str(10**12), "kafkalog.maintenance.lease.ttl.ms": "1000"},
+    )
     assert not [n for n in files(lm) if n.endswith(".deleted")]  # removed after file.delete.delay.ms
     with lm.open_log(TP, writable=True) as log:  # the log end survives even when every segment expired
         assert log.append(kp_batch([(now, b"k", b"new", [])])).first_offset == leo
@@ -294,9 +313,16 @@ def test_the_log_start_offset_is_checkpointed_before_any_segment_goes(monkeypatc
 
 @pytest.mark.parametrize("policy", ["compact,delete", "delete"])
 def test_a_reader_in_flight_reads_the_old_segments_through_merge_retention_and_compaction(policy):
-    lm = manager({"cleanup.policy": policy, "retention.bytes": "700", "retention.ms": "-1",
-                  "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "250",
-                  "file.delete.delay.ms": "60000"})
+    lm = manager(
+        {
+            "cleanup.policy": policy,
+            "retention.bytes": "700",
+            "retention.ms": "-1",
+            "min.cleanable.dirty.ratio": "0.01",
+            "segment.bytes": "250",
+            "file.delete.delay.ms": "60000",
+        }
+    )
     model = []
     for i in range(12):
         recs = [(TS0 + i, b"k%d" % (i % 2), b"v%02d" % i + b"x" * 30, [])]
@@ -328,12 +354,26 @@ def test_a_reader_in_flight_reads_the_old_segments_through_merge_retention_and_c
 def test_compaction_on_an_object_store_matches_the_model(seed):
     rng = random.Random(seed)
     retention = rng.choice([0, 1000])
-    lm = manager({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "700",
-                  "delete.retention.ms": str(retention), "index.interval.bytes": "0"})
+    lm = manager(
+        {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.01",
+            "segment.bytes": "700",
+            "delete.retention.ms": str(retention),
+            "index.interval.bytes": "0",
+        }
+    )
     model = Model(retention)
     for _ in range(rng.randint(3, 14)):
-        recs = [(TS0 + rng.randint(0, 99), rng.choice([b"a", b"b", b"c", b"d"]),
-                 None if rng.random() < 0.2 else b"v" * rng.randint(1, 50), []) for _ in range(rng.randint(1, 4))]
+        recs = [
+            (
+                TS0 + rng.randint(0, 99),
+                rng.choice([b"a", b"b", b"c", b"d"]),
+                None if rng.random() < 0.2 else b"v" * rng.randint(1, 50),
+                [],
+            )
+            for _ in range(rng.randint(1, 4))
+        ]
         model.append(append(lm, recs), recs)
     with lm.open_log(TP) as log:
         active = log.active_segment.base_offset
@@ -356,14 +396,19 @@ def test_compaction_on_an_object_store_matches_the_model(seed):
 def test_a_live_appender_racing_maintenance_passes_loses_nothing():
     lm = manager({"segment.bytes": "600", "retention.ms": "-1", "file.delete.delay.ms": "0"})
     stop, committed, errors, t = start_appender(
-        lambda: LogManager(lm.root, fs=ObjectStoreFileSystem(fsspec.filesystem("memory"))), 20)
+        lambda: LogManager(lm.root, fs=ObjectStoreFileSystem(fsspec.filesystem("memory"))), 20
+    )
     merged = 0
     try:
         while len(committed) < 3 and not errors:  # (its first commit pays for imports and compiling)
             time.sleep(0.01)
         for p in range(4):
-            reps = run_once(lm.root, fs=ObjectStoreFileSystem(fsspec.filesystem("memory")), now_ms=later(p * 1000),
-                            cleaner_settings=FAST)
+            reps = run_once(
+                lm.root,
+                fs=ObjectStoreFileSystem(fsspec.filesystem("memory")),
+                now_ms=later(p * 1000),
+                cleaner_settings=FAST,
+            )
             assert not reps[0].errors, reps[0].errors
             merged += reps[0].merged_groups
     finally:
@@ -421,8 +466,9 @@ def test_cli_maintain_once_on_s3(s3_root):  # noqa: F811
     sys_stdout = sys.stdout
     try:
         sys.stdout = out
-        code = main(["maintain", url, "--once", *_fs_args(opts), "--cleaner-config",
-                     "kafkalog.segment.merge.min.age.ms=0"])
+        code = main(
+            ["maintain", url, "--once", *_fs_args(opts), "--cleaner-config", "kafkalog.segment.merge.min.age.ms=0"]
+        )
     finally:
         sys.stdout = sys_stdout
     assert code == 0, out.getvalue()
@@ -488,8 +534,14 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
 
     def stage(writer, batch):
         st = RecordStager(lm, writer, topic="t", compression=CompressionType.NONE)
-        st.add(pa.table({"key": pa.array([None] * 3, pa.binary()),
-                         "value": [b"w%d-b%d-%d" % (writer, batch, i) for i in range(3)]}))
+        st.add(
+            pa.table(
+                {
+                    "key": pa.array([None] * 3, pa.binary()),
+                    "value": [b"w%d-b%d-%d" % (writer, batch, i) for i in range(3)],
+                }
+            )
+        )
         return st.finish()
 
     order = [(7, 0), (8, 0), (7, 1), (7, 2), (8, 1), (8, 2), (7, 3)]
@@ -529,8 +581,9 @@ def test_a_reader_and_a_writer_see_a_pending_swap_in_place_of_what_it_replaces()
         assert log.append(kp_batch([(TS0, b"k", b"v5", [])])).first_offset == 5
     assert f"{2:020d}.index" in files(lm)  # (no index objects rebuilt for segments the swap replaces)
     assert complete_pending_swaps(lm.fs, d, lm.topic("t").config, now_ms=later(), abandoned_after_ms=600_000) == []
-    assert complete_pending_swaps(lm.fs, d, lm.topic("t").config, now_ms=later(700_000),
-                                  abandoned_after_ms=600_000) == [1]
+    assert complete_pending_swaps(
+        lm.fs, d, lm.topic("t").config, now_ms=later(700_000), abandoned_after_ms=600_000
+    ) == [1]
     assert list(live_logs(lm)) == [0, 1, 4, 5] and [r[3] for r in parsed(lm)] == [b"v%d" % i for i in range(6)]
     check_indexes(lm, 4096)
 
@@ -554,8 +607,9 @@ def test_a_damaged_object_swap_replaces_nothing_and_is_set_aside(damage):
     assert lm.fs.create_exclusive(swap_path(lm.fs, d, 1), bytes(data))
     with lm.open_log(TP) as log:  # readers pass over it: the originals are all there
         assert [s.base_offset for s in log.segments] == [0, 1, 2, 3, 4] and read_all(log) == model
-    assert complete_pending_swaps(lm.fs, d, lm.topic("t").config, now_ms=later(700_000),
-                                  abandoned_after_ms=600_000) == []
+    assert (
+        complete_pending_swaps(lm.fs, d, lm.topic("t").config, now_ms=later(700_000), abandoned_after_ms=600_000) == []
+    )
     names = files(lm)
     assert f"{1:020d}.log.swap.damaged" in names and f"{1:020d}.log.swap" not in names
     assert list(live_logs(lm)) == [0, 1, 2, 3, 4] and parsed(lm) == model
@@ -605,8 +659,9 @@ def test_the_merge_is_offered_on_local_disk_too(tmp_path, kind):
     from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
     from storage.cleaner.segment_merger import merge_small_segments
 
-    fs, root = (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(),
-                                                                                 f"/m-{uuid.uuid4().hex}")
+    fs, root = (
+        (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(), f"/m-{uuid.uuid4().hex}")
+    )
     lm = LogManager(root, fs=fs)
     lm.create_topic("t", 1, {"segment.bytes": "330", "index.interval.bytes": "100", "retention.ms": "-1"})
     model = []
@@ -647,8 +702,11 @@ def test_a_reader_pins_the_version_it_listed(where, request):
     r1, r2 = fs.open_reader(name), fs.open_reader(name)
     assert r1.read(0, 10) == b"A" * 10  # r1 has read already, r2 not yet
     fs.copy(name, name + ".deleted")  # the job keeps the old version, then replaces the name
-    other = ObjectStoreFileSystem(fsspec.filesystem("memory")) if where == "memory" else \
-        ObjectStoreFileSystem.from_url(url, opts)[0]
+    other = (
+        ObjectStoreFileSystem(fsspec.filesystem("memory"))
+        if where == "memory"
+        else ObjectStoreFileSystem.from_url(url, opts)[0]
+    )
     other.write_atomic(name, new)
     assert fs.read(name, 0, 100) == new  # (an unpinned read sees the new bytes)
     assert r1.read(10, 100) == old[10:] and r2.read(0, 100) == old
@@ -694,10 +752,9 @@ def test_a_pass_with_nothing_due_lists_the_log_dir_a_few_times_not_once_per_part
         with lm.open_log(TopicPartition("p", p), writable=True) as log:
             log.append(kp_batch([(TS0, b"k", b"v", [])]))
     mark = s3_server.log.mark()
-    reports = run_once(url, storage_options=opts,
-                       cleaner_settings={"kafkalog.segment.merge.min.age.ms": str(10**12)})
+    reports = run_once(url, storage_options=opts, cleaner_settings={"kafkalog.segment.merge.min.age.ms": str(10**12)})
     assert len(reports) == 20 and not any(r.errors for r in reports)
-    root_prefix = url[len("s3://"):].split("/", 1)[1] + "/"
+    root_prefix = url[len("s3://") :].split("/", 1)[1] + "/"
     lists = [r for r in s3_server.log.since(mark) if "list-type" in r.query]
     root_lists = [r for r in lists if "prefix=" + root_prefix.replace("/", "%2F") + "&" in r.query]
     assert 1 <= len(root_lists) <= 4, len(root_lists)

@@ -107,7 +107,7 @@ def copy_root(src: str) -> str:
     mem = fsspec.filesystem("memory")
     dst = f"/crash-{uuid.uuid4().hex}"
     for path in mem.find(src):
-        mem.pipe_file(dst + path[len(src):], mem.cat_file(path))
+        mem.pipe_file(dst + path[len(src) :], mem.cat_file(path))
     return dst
 
 
@@ -142,8 +142,9 @@ def check_objects(root, interval):
         assert f"{p.base_offset:020d}.log" in names, name
         if p.suffix == ".log":
             assert all(b["crc_ok"] for b in kp_parse(data))
-            assert (names[f"{p.base_offset:020d}.index"], names[f"{p.base_offset:020d}.timeindex"]) == \
-                expected_indexes(data, p.base_offset, interval)
+            assert (names[f"{p.base_offset:020d}.index"], names[f"{p.base_offset:020d}.timeindex"]) == expected_indexes(
+                data, p.base_offset, interval
+            )
 
 
 def old_or_new(got, old, new, groups):
@@ -160,15 +161,23 @@ def old_or_new(got, old, new, groups):
 
 
 WORKLOADS = {
-    "merge": ({"segment.bytes": "500", "retention.ms": "-1", "index.interval.bytes": "100"},
-              [[(TS0 + i, b"k%d" % (i % 3), b"v%02d" % i + b"x" * 40, [])] for i in range(9)]),
-    "compaction": ({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "600",
-                    "index.interval.bytes": "0"},
-                   [[(TS0 + i, b"k%d" % (i % 3), None if i == 4 else b"v%02d" % i + b"x" * 30, [])] * 2
-                    for i in range(8)]),
-    "retention": ({"retention.bytes": "400", "retention.ms": "-1", "segment.bytes": "500",
-                   "index.interval.bytes": "0"},
-                  [[(TS0 + i, b"k", b"v%02d" % i + b"x" * 40, [])] for i in range(9)]),
+    "merge": (
+        {"segment.bytes": "500", "retention.ms": "-1", "index.interval.bytes": "100"},
+        [[(TS0 + i, b"k%d" % (i % 3), b"v%02d" % i + b"x" * 40, [])] for i in range(9)],
+    ),
+    "compaction": (
+        {
+            "cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.01",
+            "segment.bytes": "600",
+            "index.interval.bytes": "0",
+        },
+        [[(TS0 + i, b"k%d" % (i % 3), None if i == 4 else b"v%02d" % i + b"x" * 30, [])] * 2 for i in range(8)],
+    ),
+    "retention": (
+        {"retention.bytes": "400", "retention.ms": "-1", "segment.bytes": "500", "index.interval.bytes": "0"},
+        [[(TS0 + i, b"k", b"v%02d" % i + b"x" * 40, [])] for i in range(9)],
+    ),
 }
 
 
@@ -209,8 +218,9 @@ def test_a_crash_at_every_object_operation_leaves_old_or_new_per_group(workload)
     total = len(ref_fs.ops)
     assert total > 10
     append_after(ref_root)  # the same writer's append and next pass, after a healthy run
-    assert not run_once(ref_root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS,
-                        clock=lambda: now + 5_000)[0].errors
+    assert not run_once(
+        ref_root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS, clock=lambda: now + 5_000
+    )[0].errors
     final_new = read_records(ref_root)
     final_new_all = old + [final_new[-1]]
 
@@ -223,8 +233,7 @@ def test_a_crash_at_every_object_operation_leaves_old_or_new_per_group(workload)
         assert old_or_new(got, old, new, groups), (k, got)
         assert append_after(root) == old[-1][0] + 1  # a writer goes on at the log end, swap pending or not
         # the next job (the crashed one's lease and swaps are abandoned by then) completes or redoes it
-        reps = run_once(root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS,
-                        clock=lambda: now + 5_000)
+        reps = run_once(root, fs=healthy(), now_ms=now + 5_000, cleaner_settings=SETTINGS, clock=lambda: now + 5_000)
         assert not reps[0].errors, (k, reps[0].errors)
         final = read_records(root)
         if workload == "retention":  # retention.bytes counts the appended record too: a suffix, at least as short

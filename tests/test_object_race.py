@@ -29,8 +29,9 @@ REPLAY_EVERY = 10  # Spark delivers a batch again now and then: the same batch i
 
 
 def rows(writer, batch, n=5):
-    return pa.table({"key": pa.array([None] * n, pa.binary()),
-                     "value": [b"w%d-b%d-%d" % (writer, batch, i) for i in range(n)]})
+    return pa.table(
+        {"key": pa.array([None] * n, pa.binary()), "value": [b"w%d-b%d-%d" % (writer, batch, i) for i in range(n)]}
+    )
 
 
 def stage(url, opts, writer, batch):
@@ -99,7 +100,7 @@ def test_two_writer_processes_race_for_one_partition(s3_server, s3_root):  # noq
         assert batches and all(b["crc_ok"] for b in batches) and batches[0]["base_offset"] == base
         ident = batch_identity(data)
         assert len(ident) == 1  # one commit per object, every batch stamped with it
-        (writer, epoch, batch), = ident
+        ((writer, epoch, batch),) = ident
         assert epoch == 0
         commits.append((writer, batch))
         offsets += [r[0] for b in batches for r in b["records"]]
@@ -121,10 +122,12 @@ def test_two_writer_processes_race_for_one_partition(s3_server, s3_root):  # noq
     by_method = Counter(r.method for r in requests)
     n_commits = sum(len(results[w][2]) for w in writers)
     seconds = sorted(s for w in writers for s in results[w][2])
-    figures = (f"race: {len(writers)} writers x {COMMITS} commits (+{COMMITS // REPLAY_EVERY} replays each) in "
-               f"{wall:.1f}s; {len(requests) / n_commits:.1f} requests per commit incl. staging "
-               f"({dict(by_method)}); lost create races {len(lost)}; commit+stage seconds p50 "
-               f"{seconds[len(seconds) // 2]:.3f} p95 {seconds[int(len(seconds) * 0.95)]:.3f} max {seconds[-1]:.3f}")
+    figures = (
+        f"race: {len(writers)} writers x {COMMITS} commits (+{COMMITS // REPLAY_EVERY} replays each) in "
+        f"{wall:.1f}s; {len(requests) / n_commits:.1f} requests per commit incl. staging "
+        f"({dict(by_method)}); lost create races {len(lost)}; commit+stage seconds p50 "
+        f"{seconds[len(seconds) // 2]:.3f} p95 {seconds[int(len(seconds) * 0.95)]:.3f} max {seconds[-1]:.3f}"
+    )
     print(figures)
     if os.environ.get("KAFKALOG_FIGURES"):
         with open(os.environ["KAFKALOG_FIGURES"], "a") as f:

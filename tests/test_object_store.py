@@ -18,7 +18,14 @@ from storage.filesystem_factory import open_filesystem
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.storage_options import (
-    is_secret_key, redact, redact_text, redact_url, safe_repr, storage_options_from_cli, storage_options_from_spark)
+    is_secret_key,
+    redact,
+    redact_text,
+    redact_url,
+    safe_repr,
+    storage_options_from_cli,
+    storage_options_from_spark,
+)
 
 KINDS = ["local", "memory", "objmem", "s3"]
 
@@ -63,8 +70,20 @@ def test_read_ranges_match_python_slicing(store):
     path = fs.join(root, "seg.log")
     put(fs, path, data)
     assert fs.size(path) == len(data)
-    for start, end in [(0, None), (0, 1), (1, 17), (4096, 8192), (9999, None), (9999, 10_000), (9000, 20_000),
-                       (10_000, None), (10_000, 10_001), (12_000, 13_000), (5, 5), (7, 3)]:
+    for start, end in [
+        (0, None),
+        (0, 1),
+        (1, 17),
+        (4096, 8192),
+        (9999, None),
+        (9999, 10_000),
+        (9000, 20_000),
+        (10_000, None),
+        (10_000, 10_001),
+        (12_000, 13_000),
+        (5, 5),
+        (7, 3),
+    ]:
         assert fs.read(path, start, end) == data[start:end], (start, end)
 
 
@@ -91,7 +110,9 @@ def test_listing_dirs_are_prefixes(store):
     assert got == {("t-0", True), ("t-1", True), ("t-10", True), ("checkpoint", False)}
     assert {e.name: e.size for e in fs.listdir(root) if not e.is_dir} == {"checkpoint": 5}
     assert {(e.name, e.size, e.is_dir) for e in fs.listdir(fs.join(root, "t-0"))} == {
-        ("a.log", 3, False), ("a.index", 8, False)}
+        ("a.log", 3, False),
+        ("a.index", 8, False),
+    }
     assert fs.listdir(fs.join(root, "absent")) == []
     assert fs.exists(fs.join(root, "t-1")) and fs.isdir(fs.join(root, "t-1"))
     assert fs.exists(fs.join(root, "checkpoint")) and not fs.isdir(fs.join(root, "checkpoint"))
@@ -187,9 +208,12 @@ def test_capabilities_are_declared_honestly(objstore):
     assert (c.append, c.atomic_rename, c.exclusive_create, c.locks, c.fsync) == (False, False, True, False, False)
     path = fs.join(root, "00000000000000000000.log")
     fs.write_atomic(path, b"abc")
-    for call, what in [(lambda: fs.open_appender(path), "append"), (lambda: fs.truncate(path, 1), "truncate"),
-                       (lambda: fs.lock(fs.join(root, ".lock")), "lock"),
-                       (lambda: fs.write_at(path, [0], b"x"), "in place")]:
+    for call, what in [
+        (lambda: fs.open_appender(path), "append"),
+        (lambda: fs.truncate(path, 1), "truncate"),
+        (lambda: fs.lock(fs.join(root, ".lock")), "lock"),
+        (lambda: fs.write_at(path, [0], b"x"), "in place"),
+    ]:
         with pytest.raises(KafkaStorageError) as e:
             call()
         assert fs.url(path if what != "lock" else fs.join(root, ".lock")) in str(e.value) and what in str(e.value)
@@ -235,8 +259,12 @@ def test_ranged_read_is_one_get_of_that_range(s3_server, s3fs_root):  # noqa: F8
     path = fs.join(root, "00000000000000000000.log")
     data = random_bytes(1 << 20)
     fs.write_atomic(path, data)
-    for start, end, header, status in [(1000, 5000, "bytes=1000-4999", 206), (1000, None, "bytes=1000-", 206),
-                                       (5, 5, None, None), (len(data), None, f"bytes={len(data)}-", 416)]:
+    for start, end, header, status in [
+        (1000, 5000, "bytes=1000-4999", 206),
+        (1000, None, "bytes=1000-", 206),
+        (5, 5, None, None),
+        (len(data), None, f"bytes={len(data)}-", 416),
+    ]:
         mark = s3_server.log.mark()
         assert fs.read(path, start, end) == data[start:end]
         sent = s3_server.log.since(mark, path_prefix="/" + BUCKET)
@@ -325,7 +353,7 @@ def test_open_filesystem_dispatch(s3_root):  # noqa: F811
     assert isinstance(open_filesystem("memory://x")[0], MemoryFileSystem)
     url, opts = s3_root
     fs, path = open_filesystem(url + "/", opts)
-    assert isinstance(fs, ObjectStoreFileSystem) and path == url[len("s3://"):]
+    assert isinstance(fs, ObjectStoreFileSystem) and path == url[len("s3://") :]
     assert fs.url(path) == url
     try:
         import gcsfs  # noqa: F401
@@ -336,42 +364,84 @@ def test_open_filesystem_dispatch(s3_root):  # noqa: F811
 
 def test_spark_options_reach_the_server(s3_server):  # noqa: F811
     o = s3_server.storage_options
-    spark = {"FS.KEY": o["key"], "fs.secret": o["secret"], "fs.endpoint_url": o["endpoint_url"],
-             "fs.client_kwargs": json.dumps(o["client_kwargs"]), "path": "ignored", "topic": "t"}
+    spark = {
+        "FS.KEY": o["key"],
+        "fs.secret": o["secret"],
+        "fs.endpoint_url": o["endpoint_url"],
+        "fs.client_kwargs": json.dumps(o["client_kwargs"]),
+        "path": "ignored",
+        "topic": "t",
+    }
     fs, root = open_filesystem(f"s3://{BUCKET}/spark-{uuid.uuid4().hex}", storage_options_from_spark(spark))
     assert fs.create_exclusive(fs.join(root, "x"), b"1") and fs.read(fs.join(root, "x")) == b"1"
 
 
 def test_storage_options_decoding():
-    got = storage_options_from_spark({
-        "fs.endpoint_url": "http://127.0.0.1:9000", "fs.anon": "false", "fs.default_block_size": "5242880",
-        "fs.client_kwargs": '{"region_name": "eu-west-1"}', "fs.client_kwargs.verify": "false",
-        "fs.config_kwargs.s3.addressing_style": "path", "fs.secret": "12345", "fs.token": "null", "other": "x"})
-    assert got == {"endpoint_url": "http://127.0.0.1:9000", "anon": False, "default_block_size": 5242880,
-                   "client_kwargs": {"region_name": "eu-west-1", "verify": False},
-                   "config_kwargs": {"s3": {"addressing_style": "path"}}, "secret": "12345", "token": "null"}
-    assert storage_options_from_cli(["key=AKID", "client_kwargs={\"region_name\": \"us-east-1\"}", "a.b=2"]) == {
-        "key": "AKID", "client_kwargs": {"region_name": "us-east-1"}, "a": {"b": 2}}
+    got = storage_options_from_spark(
+        {
+            "fs.endpoint_url": "http://127.0.0.1:9000",
+            "fs.anon": "false",
+            "fs.default_block_size": "5242880",
+            "fs.client_kwargs": '{"region_name": "eu-west-1"}',
+            "fs.client_kwargs.verify": "false",
+            "fs.config_kwargs.s3.addressing_style": "path",
+            "fs.secret": "12345",
+            "fs.token": "null",
+            "other": "x",
+        }
+    )
+    assert got == {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "anon": False,
+        "default_block_size": 5242880,
+        "client_kwargs": {"region_name": "eu-west-1", "verify": False},
+        "config_kwargs": {"s3": {"addressing_style": "path"}},
+        "secret": "12345",
+        "token": "null",
+    }
+    assert storage_options_from_cli(["key=AKID", 'client_kwargs={"region_name": "us-east-1"}', "a.b=2"]) == {
+        "key": "AKID",
+        "client_kwargs": {"region_name": "us-east-1"},
+        "a": {"b": 2},
+    }
     with pytest.raises(InvalidConfigError, match="given twice"):
-        storage_options_from_cli(["client_kwargs={\"verify\": true}", "client_kwargs.verify=false"])
+        storage_options_from_cli(['client_kwargs={"verify": true}', "client_kwargs.verify=false"])
     with pytest.raises(InvalidConfigError) as e:
         storage_options_from_cli(["wJalrXUtnFEMIK7MDENGbPxRfiCYSECRET"])
     assert "wJalrXUtnFEMI" not in str(e.value)
 
 
 def test_redaction():
-    opts = {"key": "AKIDEXAMPLE", "secret": "s3cr3t-value", "client_kwargs": {"region_name": "us-east-1",
-            "aws_session_token": "tok-123456"}, "connection_string": "AccountKey=abc;", "password": "hunter22",
-            "credentials": {"client_email": "x@y"}, "endpoint_url": "http://user:pw@host:9000", "anon": False}
+    opts = {
+        "key": "AKIDEXAMPLE",
+        "secret": "s3cr3t-value",
+        "client_kwargs": {"region_name": "us-east-1", "aws_session_token": "tok-123456"},
+        "connection_string": "AccountKey=abc;",
+        "password": "hunter22",
+        "credentials": {"client_email": "x@y"},
+        "endpoint_url": "http://user:pw@host:9000",
+        "anon": False,
+    }
     shown = safe_repr(opts)
     for secret in ("AKIDEXAMPLE", "s3cr3t-value", "tok-123456", "AccountKey=abc", "hunter22", "x@y", "user:pw"):
         assert secret not in shown
     assert redact(opts)["client_kwargs"]["region_name"] == "us-east-1" and redact(opts)["anon"] is False
     assert redact_url("s3://AKID:SECRET@bucket/p") == "s3://***@bucket/p"
     assert redact_text("denied for s3cr3t-value at s3://AKID:SECRET@b/p", opts) == "denied for *** at s3://***@b/p"
-    assert [k for k in ("SSECustomerKey", "sas_token", "AccountKey", "region_name", "endpoint_url", "use_ssl",
-                        "client_kwargs", "signature_version") if is_secret_key(k)] == [
-        "SSECustomerKey", "sas_token", "AccountKey"]
+    assert [
+        k
+        for k in (
+            "SSECustomerKey",
+            "sas_token",
+            "AccountKey",
+            "region_name",
+            "endpoint_url",
+            "use_ssl",
+            "client_kwargs",
+            "signature_version",
+        )
+        if is_secret_key(k)
+    ] == ["SSECustomerKey", "sas_token", "AccountKey"]
 
 
 def test_errors_never_show_credentials(s3_root):  # noqa: F811

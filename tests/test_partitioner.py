@@ -68,9 +68,22 @@ def test_vectorized_matches_kafka_python(num_partitions):
 def test_unicode_strings_hash_their_utf8_bytes():
     words = ["", "a", "é", "日本語", "ключ", "emoji-😀", "mixed ascii ü 中", "\u0000nul", "𝔘𝔫𝔦"]
     rng = random.Random(7)
-    words += ["".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0x7FF),
-                                      rng.randint(0x800, 0xD7FF), rng.randint(0x10000, 0x10FFFF)]))
-                      for _ in range(rng.randint(0, 20))) for _ in range(300)]
+    words += [
+        "".join(
+            chr(
+                rng.choice(
+                    [
+                        rng.randint(32, 126),
+                        rng.randint(0x80, 0x7FF),
+                        rng.randint(0x800, 0xD7FF),
+                        rng.randint(0x10000, 0x10FFFF),
+                    ]
+                )
+            )
+            for _ in range(rng.randint(0, 20))
+        )
+        for _ in range(300)
+    ]
     for typ in (pa.string(), pa.large_string(), pa.string_view()):
         got = partition_for_keys(pa.array(words, typ), 13)
         expected = [_kp_partition(w.encode("utf-8"), 13) for w in words]
@@ -102,21 +115,28 @@ def test_null_keys_round_robin():
 
 def test_slices_with_unaligned_offsets_and_nulls():
     rng = random.Random(99)
-    keys = [None if rng.random() < 0.3 else bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 12)))
-            for _ in range(200)]
+    keys = [
+        None if rng.random() < 0.3 else bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 12))) for _ in range(200)
+    ]
     for typ in (pa.binary(), pa.large_binary()):
         arr = pa.array(keys, typ)
         for start, length in [(0, 200), (1, 50), (3, 17), (7, 0), (13, 187), (199, 1), (64, 64)]:
             sl = arr.slice(start, length)
             assert sl.offset == start
             got = partition_for_keys(sl, 11, null_key_start=5)
-            assert got.tolist() == _expected_with_nulls(keys[start:start + length], 11, 5), (typ, start, length)
+            assert got.tolist() == _expected_with_nulls(keys[start : start + length], 11, 5), (typ, start, length)
 
 
 def test_chunked_arrays_continue_the_null_rotation():
     keys = [b"a", None, None, b"b", None, b"c", None, None, None]
-    chunked = pa.chunked_array([pa.array(keys[:2], pa.binary()), pa.array([], pa.binary()),
-                                pa.array(keys[2:5], pa.binary()), pa.array(keys[5:], pa.binary())])
+    chunked = pa.chunked_array(
+        [
+            pa.array(keys[:2], pa.binary()),
+            pa.array([], pa.binary()),
+            pa.array(keys[2:5], pa.binary()),
+            pa.array(keys[5:], pa.binary()),
+        ]
+    )
     assert partition_for_keys(chunked, 5, null_key_start=2).tolist() == _expected_with_nulls(keys, 5, 2)
 
 
@@ -173,7 +193,7 @@ def test_large_batch_matches_scalar():
     got = partition_for_keys(arr, 64)
     sample = rng.choice(len(lens), size=300, replace=False)
     for i in sample:
-        key = data[offsets[i]:offsets[i + 1]]
+        key = data[offsets[i] : offsets[i + 1]]
         assert got[i] == _kp_partition(key, 64)
     counts = np.bincount(got, minlength=64)
     assert counts.min() > 0  # every partition gets keys

@@ -60,8 +60,9 @@ def test_cleaner_swap_under_a_reader_in_flight(root):
     assert got == values
     with lm.open_log(TP) as fresh:  # a new listing sees the new file
         seg = fresh.segment_for(second.base_offset + 3)
-        assert [v for b in fresh.read_records(seg.base_offset, seg.base_offset + 4)
-                for v in b.column("value").to_pylist()] == [b"compacted"]
+        assert [
+            v for b in fresh.read_records(seg.base_offset, seg.base_offset + 4) for v in b.column("value").to_pylist()
+        ] == [b"compacted"]
 
 
 def test_a_segment_gone_for_good_is_a_clear_error(root):
@@ -70,5 +71,5 @@ def test_a_segment_gone_for_good_is_a_clear_error(root):
     with lm.open_log(TP) as reader:
         base = f"{reader.segments[1].base_offset:020d}"
         os.remove(os.path.join(d, base + ".log"))
-        with pytest.raises(Exception, match=r"removed while being read.*" ):
+        with pytest.raises(Exception, match=r"removed while being read.*"):
             list(reader.read_records(0))

@@ -46,8 +46,9 @@ def table(keys, values, timestamps=None, headers=None, key_type=pa.binary(), val
     if timestamps is not None:
         cols["timestamp"] = pa.array(timestamps, pa.int64())
     if headers is not None:
-        cols["headers"] = pa.array([None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
-                                   HEADERS)
+        cols["headers"] = pa.array(
+            [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers], HEADERS
+        )
     return pa.table(cols)
 
 
@@ -55,7 +56,7 @@ def batches_of(buf: bytes):
     """Each batch's header (via record_batch) and bytes."""
     scan = scan_batches(buf)
     assert scan.end == len(buf)
-    return [(scan.header(i), buf[int(p):int(p) + int(s)]) for i, (p, s) in enumerate(zip(scan.positions, scan.sizes))]
+    return [(scan.header(i), buf[int(p) : int(p) + int(s)]) for i, (p, s) in enumerate(zip(scan.positions, scan.sizes))]
 
 
 def kp_records(buf: bytes):
@@ -71,16 +72,26 @@ def kp_records(buf: bytes):
 
 
 def our_records(rb: pa.RecordBatch):
-    return [(r["offset"], r["timestamp"], r["timestampType"], r["key"], r["value"],
-             [(h["key"], h["value"]) for h in (r["headers"] or [])]) for r in rb.to_pylist()]
+    return [
+        (
+            r["offset"],
+            r["timestamp"],
+            r["timestampType"],
+            r["key"],
+            r["value"],
+            [(h["key"], h["value"]) for h in (r["headers"] or [])],
+        )
+        for r in rb.to_pylist()
+    ]
 
 
 # ------------------------------------------------------------------------------------ exact bytes
 
+
 def test_seed_example_is_one_84_byte_batch():
     buf = build_records(table([b"DemoKey"], [b"DemoValue"]), now_ms=NOW)
     assert len(buf) == 84
-    (h, _), = batches_of(buf)
+    ((h, _),) = batches_of(buf)
     assert (h.record_count, h.last_offset_delta, h.magic, h.batch_length) == (1, 0, 2, 72)
     assert h.base_timestamp == h.max_timestamp == NOW
     assert compute_crc(buf) == h.crc
@@ -94,8 +105,15 @@ def test_uncompressed_bytes_equal_kafka_pythons(with_producer):
     hdrs = [[("a", b"1")], None, [("b", None), ("c", b"")], [("x" * 70, b"y" * 200)] * 3]
     producer = dict(producer_id=4242, producer_epoch=7, base_sequence=99) if with_producer else {}
     ours = build_records(table(keys, values, ts, hdrs), partition_leader_epoch=0, **producer)
-    kb = KpBuilder(2, 0, 0, producer.get("producer_id", -1), producer.get("producer_epoch", -1),
-                   producer.get("base_sequence", -1), 1 << 20)
+    kb = KpBuilder(
+        2,
+        0,
+        0,
+        producer.get("producer_id", -1),
+        producer.get("producer_epoch", -1),
+        producer.get("base_sequence", -1),
+        1 << 20,
+    )
     for i in range(len(keys)):
         kb.append(i, ts[i], keys[i], values[i], hdrs[i] or [])
     assert ours == bytes(kb.build())
@@ -103,18 +121,25 @@ def test_uncompressed_bytes_equal_kafka_pythons(with_producer):
 
 # ------------------------------------------------------------------------------------ round trips
 
+
 def sample_table():
     rng = np.random.default_rng(11)
     n = 500
     keys = [None if i % 17 == 0 else (b"" if i % 13 == 0 else b"key-%d" % i) for i in range(n)]
-    values = [None if i % 19 == 0 else (b"" if i % 23 == 0 else b"value %d " % i * int(rng.integers(1, 40)))
-              for i in range(n)]
-    ts = [int(NOW + rng.integers(-10**6, 10**6)) for _ in range(n)]
+    values = [
+        None if i % 19 == 0 else (b"" if i % 23 == 0 else b"value %d " % i * int(rng.integers(1, 40))) for i in range(n)
+    ]
+    ts = [int(NOW + rng.integers(-(10**6), 10**6)) for _ in range(n)]
     hdrs = []
     for i in range(n):
         k = i % 4
-        hdrs.append(None if k == 0 else [] if k == 1 else
-                    [("h%d" % j, None if (i + j) % 5 == 0 else b"hv" * j) for j in range(k * 2 - 1)])
+        hdrs.append(
+            None
+            if k == 0
+            else []
+            if k == 1
+            else [("h%d" % j, None if (i + j) % 5 == 0 else b"hv" * j) for j in range(k * 2 - 1)]
+        )
     return table(keys, values, ts, hdrs), keys, values, ts, hdrs
 
 
@@ -140,17 +165,27 @@ def test_null_vs_empty_and_tombstones():
     rb = decode_batches(build_records(t))
     assert rb.column("key").to_pylist() == [None, b"", b"k", b"k2"]
     assert rb.column("value").to_pylist() == [b"", None, None, b"x"]
-    assert rb.column("headers").to_pylist() == [[{"key": "h", "value": None}], [{"key": "h", "value": b""}], None,
-                                                None]
+    assert rb.column("headers").to_pylist() == [[{"key": "h", "value": None}], [{"key": "h", "value": b""}], None, None]
 
 
 def test_strings_large_types_chunked_and_sliced_input():
-    base = table([b"a", b"bb", None, b"dddd"], [b"1", None, b"333", b"4444"], [10, 20, 30, 40],
-                 [[("k", b"v")], None, [("k2", None)], []])
+    base = table(
+        [b"a", b"bb", None, b"dddd"],
+        [b"1", None, b"333", b"4444"],
+        [10, 20, 30, 40],
+        [[("k", b"v")], None, [("k2", None)], []],
+    )
     expected = our_records(decode_batches(build_records(base, now_ms=NOW)))
-    as_str = base.cast(pa.schema([("key", pa.string()), ("value", pa.large_string()), ("timestamp", pa.int64()),
-                                  ("headers", pa.large_list(pa.struct([("key", pa.large_string()),
-                                                                       ("value", pa.large_binary())])))]))
+    as_str = base.cast(
+        pa.schema(
+            [
+                ("key", pa.string()),
+                ("value", pa.large_string()),
+                ("timestamp", pa.int64()),
+                ("headers", pa.large_list(pa.struct([("key", pa.large_string()), ("value", pa.large_binary())]))),
+            ]
+        )
+    )
     assert our_records(decode_batches(build_records(as_str))) == expected
     chunked = pa.concat_tables([base.slice(0, 1), base.slice(1, 2), base.slice(3)])
     assert chunked.column("value").num_chunks == 3
@@ -167,7 +202,8 @@ def test_minimal_table_value_only():
     rb = decode_batches(build_records(t, now_ms=NOW))
     assert rb.to_pylist() == [
         {"offset": 0, "timestamp": NOW, "timestampType": 0, "key": None, "value": b"x", "headers": None},
-        {"offset": 1, "timestamp": NOW, "timestampType": 0, "key": None, "value": None, "headers": None}]
+        {"offset": 1, "timestamp": NOW, "timestampType": 0, "key": None, "value": None, "headers": None},
+    ]
 
 
 def test_empty_table_gives_no_bytes():
@@ -182,12 +218,15 @@ def test_missing_value_column_is_an_error():
         build_records(pa.table({"key": [b"k"]}))
 
 
-@pytest.mark.parametrize("unit, values, expected", [
-    ("s", [1, -1], [1000, -1000]),
-    ("ms", [1234, -5], [1234, -5]),
-    ("us", [1_234_567, -1], [1234, -1]),  # floor, like Instant.toEpochMilli
-    ("ns", [1_234_567_890, -1_000_001], [1234, -2]),
-])
+@pytest.mark.parametrize(
+    "unit, values, expected",
+    [
+        ("s", [1, -1], [1000, -1000]),
+        ("ms", [1234, -5], [1234, -5]),
+        ("us", [1_234_567, -1], [1234, -1]),  # floor, like Instant.toEpochMilli
+        ("ns", [1_234_567_890, -1_000_001], [1234, -2]),
+    ],
+)
 def test_timestamp_units(unit, values, expected):
     t = pa.table({"value": [b"a", b"b"], "timestamp": pa.array(values, pa.timestamp(unit))})
     assert decode_batches(build_records(t)).column("timestamp").to_pylist() == expected
@@ -199,9 +238,14 @@ def test_null_timestamps_become_now():
 
 
 def test_header_keys_must_be_text():
-    bad = pa.table({"value": [b"v"], "headers": pa.array([[{"key": b"\xff", "value": b"x"}]],
-                                                         pa.list_(pa.struct([("key", pa.binary()),
-                                                                             ("value", pa.binary())])))})
+    bad = pa.table(
+        {
+            "value": [b"v"],
+            "headers": pa.array(
+                [[{"key": b"\xff", "value": b"x"}]], pa.list_(pa.struct([("key", pa.binary()), ("value", pa.binary())]))
+            ),
+        }
+    )
     with pytest.raises(ValueError, match="UTF-8"):
         build_records(bad)
     null_key = pa.table({"value": [b"v"], "headers": pa.array([[{"key": None, "value": b"x"}]], HEADERS)})
@@ -211,10 +255,11 @@ def test_header_keys_must_be_text():
 
 # ------------------------------------------------------------------------------------ batch fields
 
+
 def test_negative_timestamp_deltas_and_base_timestamp():
     ts = [5000, 1000, 9000, 4000]
     buf = build_records(table([None] * 4, [b"v"] * 4, ts))
-    (h, _), = batches_of(buf)
+    ((h, _),) = batches_of(buf)
     assert h.base_timestamp == 5000  # the first record's, as Kafka's builder does
     assert h.max_timestamp == 9000
     assert decode_batches(buf).column("timestamp").to_pylist() == ts
@@ -222,9 +267,10 @@ def test_negative_timestamp_deltas_and_base_timestamp():
 
 
 def test_log_append_time():
-    buf = build_records(table([b"k"] * 3, [b"v"] * 3, [1, 2, 3]), timestamp_type=TimestampType.LOG_APPEND_TIME,
-                        now_ms=NOW)
-    (h, _), = batches_of(buf)
+    buf = build_records(
+        table([b"k"] * 3, [b"v"] * 3, [1, 2, 3]), timestamp_type=TimestampType.LOG_APPEND_TIME, now_ms=NOW
+    )
+    ((h, _),) = batches_of(buf)
     assert h.timestamp_type is TimestampType.LOG_APPEND_TIME and h.attributes & 0x08
     assert h.max_timestamp == NOW
     rb = decode_batches(buf)
@@ -236,8 +282,16 @@ def test_log_append_time():
 def test_producer_fields_and_sequence_advance_per_batch():
     n = 40
     t = table([b"k"] * n, [b"x" * 100] * n, list(range(n)))
-    buf = build_records(t, base_offset=500, producer_id=77, producer_epoch=3, base_sequence=2**31 - 15,
-                        is_transactional=True, partition_leader_epoch=9, max_batch_bytes=1000)
+    buf = build_records(
+        t,
+        base_offset=500,
+        producer_id=77,
+        producer_epoch=3,
+        base_sequence=2**31 - 15,
+        is_transactional=True,
+        partition_leader_epoch=9,
+        max_batch_bytes=1000,
+    )
     infos = batches_of(buf)
     assert len(infos) > 3
     rows = 0
@@ -255,7 +309,7 @@ def test_producer_fields_and_sequence_advance_per_batch():
 def test_delete_horizon():
     ts = [1000, 2000, 500]
     buf = build_records(table([b"a", b"b", b"c"], [None, b"x", None], ts), delete_horizon_ms=NOW)
-    (h, _), = batches_of(buf)
+    ((h, _),) = batches_of(buf)
     assert h.attributes & 0x40
     assert h.delete_horizon_ms == NOW and h.base_timestamp == NOW
     assert h.max_timestamp == 2000
@@ -270,12 +324,13 @@ def test_header_field_ranges_are_checked():
 
 # ------------------------------------------------------------------------------------ splitting
 
+
 @pytest.mark.parametrize("codec", [C.NONE, C.ZSTD])
 def test_split_at_max_batch_bytes(codec):
     rng = np.random.default_rng(2)
     n = 300
     values = [bytes(rng.integers(97, 100, int(rng.integers(0, 400)), dtype=np.uint8)) for _ in range(n)]
-    ts = [int(x) for x in NOW + rng.integers(-10**9, 10**9, n)]
+    ts = [int(x) for x in NOW + rng.integers(-(10**9), 10**9, n)]
     t = table([b"key"] * n, values, ts, [[("h", b"v")]] * n)
     limit = 4000
     buf = build_records(t, compression=codec, max_batch_bytes=limit, base_offset=10)
@@ -318,10 +373,15 @@ def test_build_batch_never_splits():
 
 # ------------------------------------------------------------------------------------ reading
 
+
 def test_min_max_offset_filter_matches_brute_force():
     n = 60
-    t = table([b"k%d" % i for i in range(n)], [b"v%d" % i for i in range(n)], list(range(n)),
-              [[("i", b"%d" % i)] if i % 2 else None for i in range(n)])
+    t = table(
+        [b"k%d" % i for i in range(n)],
+        [b"v%d" % i for i in range(n)],
+        list(range(n)),
+        [[("i", b"%d" % i)] if i % 2 else None for i in range(n)],
+    )
     buf = build_records(t, base_offset=100, max_batch_bytes=300, compression=C.LZ4)
     full = our_records(decode_batches(buf))
     for lo, hi in [(None, None), (100, 160), (117, 133), (101, 102), (159, None), (None, 100), (130, 130), (0, 10**19)]:
@@ -332,8 +392,15 @@ def test_min_max_offset_filter_matches_brute_force():
 
 def test_control_batches_skipped_unless_asked():
     data = build_records(table([b"k"], [b"data"]), base_offset=0)
-    ctrl = bytearray(build_records(table([b"\x00\x00\x00\x01"], [b"\x00\x00\x00\x00\x00\x00"]), base_offset=1,
-                                   producer_id=5, producer_epoch=0, is_transactional=True))
+    ctrl = bytearray(
+        build_records(
+            table([b"\x00\x00\x00\x01"], [b"\x00\x00\x00\x00\x00\x00"]),
+            base_offset=1,
+            producer_id=5,
+            producer_epoch=0,
+            is_transactional=True,
+        )
+    )
     attrs = struct.unpack_from(">h", ctrl, 21)[0] | CONTROL_FLAG_MASK
     struct.pack_into(">h", ctrl, 21, attrs)
     struct.pack_into(">I", ctrl, CRC_OFFSET, compute_crc(ctrl))
@@ -357,6 +424,7 @@ def test_mixed_codecs_and_given_scan_and_partial_tail():
 
 def test_log_append_time_batch_from_set_log_append_time():
     from storage.records.record_batch import set_log_append_time
+
     buf = bytearray(build_records(table([b"k", b"k"], [b"a", b"b"], [1, 2])))
     set_log_append_time(buf, 0, len(buf), NOW)
     rb = decode_batches(bytes(buf))
@@ -365,14 +433,25 @@ def test_log_append_time_batch_from_set_log_append_time():
 
 # ------------------------------------------------------------------------------------ corruption
 
+
 def simple(n=3, codec=C.NONE, **kw):
-    return bytearray(build_records(table([b"key%d" % i for i in range(n)], [b"value%d" % i for i in range(n)],
-                                         list(range(n)), [[("h", b"v")]] * n), compression=codec, **kw))
+    return bytearray(
+        build_records(
+            table(
+                [b"key%d" % i for i in range(n)],
+                [b"value%d" % i for i in range(n)],
+                list(range(n)),
+                [[("h", b"v")]] * n,
+            ),
+            compression=codec,
+            **kw,
+        )
+    )
 
 
 def recrc(buf: bytearray, pos: int = 0) -> bytearray:
     size = struct.unpack_from(">i", buf, pos + 8)[0] + 12
-    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c.crc32c(bytes(buf[pos + 21:pos + size])))
+    struct.pack_into(">I", buf, pos + CRC_OFFSET, crc32c.crc32c(bytes(buf[pos + 21 : pos + size])))
     return buf
 
 
@@ -381,7 +460,9 @@ def test_flipped_byte_is_a_crc_error_naming_the_position():
     second = simple(base_offset=3)
     buf = first + second
     buf[len(first) + 70] ^= 0x01
-    with pytest.raises(CorruptRecordError, match=rf"CRC mismatch.*offset 3.*seg\.log, position {1000 + len(first)}") as e:
+    with pytest.raises(
+        CorruptRecordError, match=rf"CRC mismatch.*offset 3.*seg\.log, position {1000 + len(first)}"
+    ) as e:
         decode_batches(bytes(buf), source="seg.log", base_position=1000)
     assert e.value.position == 1000 + len(first)
     assert e.value.source == "seg.log"
@@ -414,8 +495,22 @@ def test_torn_tail_is_not_decoded():
 def _record_area_batch(records: bytes, count: int, last_delta: int | None = None, codec=C.NONE) -> bytes:
     """A batch around hand-written record bytes, with a valid CRC."""
     body = compress(codec, records)
-    head = struct.pack(">qiibIhiqqqhii", 0, 49 + len(body), -1, 2, 0, int(codec),
-                       count - 1 if last_delta is None else last_delta, 0, 0, -1, -1, -1, count)
+    head = struct.pack(
+        ">qiibIhiqqqhii",
+        0,
+        49 + len(body),
+        -1,
+        2,
+        0,
+        int(codec),
+        count - 1 if last_delta is None else last_delta,
+        0,
+        0,
+        -1,
+        -1,
+        -1,
+        count,
+    )
     return bytes(recrc(bytearray(head + body)))
 
 
@@ -445,9 +540,16 @@ def test_hand_written_records_decode():
     rb = decode_batches(_record_area_batch(recs, 3))
     assert rb.to_pylist() == [
         {"offset": 0, "timestamp": 0, "timestampType": 0, "key": b"k", "value": b"v", "headers": None},
-        {"offset": 1, "timestamp": 0, "timestampType": 0, "key": None, "value": None,
-         "headers": [{"key": "h", "value": None}]},
-        {"offset": 2, "timestamp": -(2**40), "timestampType": 0, "key": b"", "value": b"", "headers": None}]
+        {
+            "offset": 1,
+            "timestamp": 0,
+            "timestampType": 0,
+            "key": None,
+            "value": None,
+            "headers": [{"key": "h", "value": None}],
+        },
+        {"offset": 2, "timestamp": -(2**40), "timestampType": 0, "key": b"", "value": b"", "headers": None},
+    ]
 
 
 def framed(body: bytes) -> bytes:
@@ -459,10 +561,16 @@ HOSTILE = {  # record area bytes, recordCount, expected message
     "key length below -1": (framed(b"\x00\x00\x00" + zz(-2) + zz(1) + b"v" + zz(0)), 1, "invalid key length"),
     "huge header count": (framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(2**31 - 1)), 1, "header count"),
     "negative header count": (framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(-5)), 1, "header count"),
-    "null header key": (framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(1) + zz(-1) + zz(1) + b"x"), 1,
-                        "invalid header key length"),
-    "header value past record": (framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(1) + zz(1) + b"k" + zz(90) + b"x"),
-                                 1, "invalid header value length"),
+    "null header key": (
+        framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(1) + zz(-1) + zz(1) + b"x"),
+        1,
+        "invalid header key length",
+    ),
+    "header value past record": (
+        framed(b"\x00\x00\x00" + zz(-1) + zz(-1) + zz(1) + zz(1) + b"k" + zz(90) + b"x"),
+        1,
+        "invalid header value length",
+    ),
     "record length past area": (zz(500) + b"\x00" * 10, 1, "runs past"),
     "record length too small": (zz(3) + b"\x00" * 10, 1, "below the minimum"),
     "overlong varint": (framed(b"\x00" + b"\xff" * 11 + b"\x00" * 5), 1, "varint longer"),
@@ -478,8 +586,9 @@ HOSTILE = {  # record area bytes, recordCount, expected message
 @pytest.mark.parametrize("codec", [C.NONE, C.ZSTD])
 def test_hostile_records(name, codec):
     recs, count, message = HOSTILE[name]
-    buf = b"pad" + _record_area_batch(recs, count, last_delta=max(count - 1, 0) if "above" not in name else 0,
-                                      codec=codec)
+    buf = b"pad" + _record_area_batch(
+        recs, count, last_delta=max(count - 1, 0) if "above" not in name else 0, codec=codec
+    )
     scan = scan_batches(buf, start=3)
     with pytest.raises(CorruptRecordError, match=message) as e:
         decode_batches(buf, scan=scan, source="hostile", base_position=10)
@@ -593,15 +702,20 @@ row = st.tuples(binary, binary, st.integers(-(2**45), 2**45), st.one_of(st.none(
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=st.lists(row, max_size=40), codec=st.sampled_from(list(C)),
-       limit=st.sampled_from([400, 2000, 1 << 20]), base_offset=st.integers(0, 2**40),
-       ts_type=st.sampled_from(list(TimestampType)))
+@given(
+    rows=st.lists(row, max_size=40),
+    codec=st.sampled_from(list(C)),
+    limit=st.sampled_from([400, 2000, 1 << 20]),
+    base_offset=st.integers(0, 2**40),
+    ts_type=st.sampled_from(list(TimestampType)),
+)
 def test_property_round_trip_and_kafka_python_agrees(rows, codec, limit, base_offset, ts_type):
     keys, values, ts, hdrs = (list(x) for x in zip(*rows)) if rows else ([], [], [], [])
     t = table(keys, values, ts, hdrs)
     try:
-        buf = build_records(t, compression=codec, base_offset=base_offset, max_batch_bytes=limit,
-                            timestamp_type=ts_type, now_ms=NOW)
+        buf = build_records(
+            t, compression=codec, base_offset=base_offset, max_batch_bytes=limit, timestamp_type=ts_type, now_ms=NOW
+        )
     except RecordTooLargeError:
         assert limit < 1 << 20
         return
@@ -609,8 +723,10 @@ def test_property_round_trip_and_kafka_python_agrees(rows, codec, limit, base_of
         assert buf == b""
         return
     log_append = ts_type is TimestampType.LOG_APPEND_TIME
-    expected = [(base_offset + i, NOW if log_append else ts[i], int(ts_type), keys[i], values[i], list(hdrs[i] or []))
-                for i in range(len(rows))]
+    expected = [
+        (base_offset + i, NOW if log_append else ts[i], int(ts_type), keys[i], values[i], list(hdrs[i] or []))
+        for i in range(len(rows))
+    ]
     assert our_records(decode_batches(buf)) == expected
     assert kp_records(buf) == expected
     for h, _ in batches_of(buf):
@@ -622,10 +738,15 @@ def test_property_round_trip_and_kafka_python_agrees(rows, codec, limit, base_of
 def test_parallel_compression_matches_serial(codec):
     """Enough batches and bytes to use the codec thread pool: same records as one thread, all readable."""
     from storage.records import compression
+
     rng = np.random.default_rng(4)
     n = 6000
-    t = table([b"key-%d" % (i % 97) for i in range(n)], [rng.bytes(100).hex().encode() for _ in range(n)],
-              list(range(n)), [[("h", b"%d" % i)] for i in range(n)])
+    t = table(
+        [b"key-%d" % (i % 97) for i in range(n)],
+        [rng.bytes(100).hex().encode() for _ in range(n)],
+        list(range(n)),
+        [[("h", b"%d" % i)] for i in range(n)],
+    )
     before = compression._threads
     compression.set_threads(2)
     try:

@@ -23,7 +23,10 @@ from kafkalog_ds.cli import main
 from storage.errors import LogLockedError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
 from storage.log_retention import (
-    DELETE_MARKER_FILE, REASON_LOG_START_OFFSET, REASON_RETENTION_BYTES, REASON_RETENTION_MS,
+    DELETE_MARKER_FILE,
+    REASON_LOG_START_OFFSET,
+    REASON_RETENTION_BYTES,
+    REASON_RETENTION_MS,
 )
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_segment_file
 
@@ -61,14 +64,20 @@ def live_segments(lm: LogManager, tp: TopicPartition = TP) -> list[dict]:
             continue
         data = lm.fs.read(lm.fs.join(d, name))
         batches = kp_parse(data)
-        out.append({"base": parsed.base_offset, "size": len(data),
-                    "max_ts": max((b["max_timestamp"] for b in batches), default=-1),
-                    "offsets": [r[0] for b in batches for r in b["records"]]})
+        out.append(
+            {
+                "base": parsed.base_offset,
+                "size": len(data),
+                "max_ts": max((b["max_timestamp"] for b in batches), default=-1),
+                "offsets": [r[0] for b in batches for r in b["records"]],
+            }
+        )
     return out
 
 
-def model(segs: list[dict], log_start: int, *, delete: bool, retention_ms: int, retention_bytes: int,
-          now: int) -> tuple[list[int], bool]:
+def model(
+    segs: list[dict], log_start: int, *, delete: bool, retention_ms: int, retention_bytes: int, now: int
+) -> tuple[list[int], bool]:
     """Kafka's rules stated as prefixes: (deleted base offsets, rolled). segs: live segments, active last."""
     deleted: list[int] = []
     rolled = False
@@ -246,9 +255,14 @@ layouts = st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=3), min_siz
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(layout=layouts, empty_active=st.booleans(), start_frac=st.floats(0, 1), policy=st.sampled_from(
-    ["delete", "compact", "compact,delete"]), ms=st.one_of(st.just(-1), st.integers(0, 22)),
-    bytes_frac=st.one_of(st.just(-1.0), st.floats(0, 1.2)))
+@given(
+    layout=layouts,
+    empty_active=st.booleans(),
+    start_frac=st.floats(0, 1),
+    policy=st.sampled_from(["delete", "compact", "compact,delete"]),
+    ms=st.one_of(st.just(-1), st.integers(0, 22)),
+    bytes_frac=st.one_of(st.just(-1.0), st.floats(0, 1.2)),
+)
 def test_retention_equals_the_model(layout, empty_active, start_frac, policy, ms, bytes_frac):
     lm = LogManager(f"memory://kl-{uuid.uuid4().hex}")
     stamps = [[NOW - 1000 * t for t in seg] for seg in layout] + ([[]] if empty_active else [])
@@ -261,8 +275,9 @@ def test_retention_equals_the_model(layout, empty_active, start_frac, policy, ms
     retention_bytes = -1 if bytes_frac < 0 else int(bytes_frac * total)
     retention_ms = -1 if ms < 0 else ms * 1000
     lm.alter_topic_config("t", {"retention.ms": str(retention_ms), "retention.bytes": str(retention_bytes)})
-    expected, rolled = model(segs, start, delete="delete" in policy, retention_ms=retention_ms,
-                             retention_bytes=retention_bytes, now=NOW)
+    expected, rolled = model(
+        segs, start, delete="delete" in policy, retention_ms=retention_ms, retention_bytes=retention_bytes, now=NOW
+    )
     result = lm.apply_retention(TP, now_ms=NOW)
     assert result.deleted_base_offsets == expected and result.rolled == rolled
     left = live_segments(lm)
@@ -367,8 +382,12 @@ def test_delete_records_errors(capsys, root):
 
 
 def delete_dirs(lm: LogManager) -> list[str]:
-    return sorted(f.name for d in lm.log_dirs for f in lm.fs.listdir(d)
-                  if f.is_dir and (parse_log_dir_name(f.name) or (None, None))[1] == "delete")
+    return sorted(
+        f.name
+        for d in lm.log_dirs
+        for f in lm.fs.listdir(d)
+        if f.is_dir and (parse_log_dir_name(f.name) or (None, None))[1] == "delete"
+    )
 
 
 def test_delete_topic_renames_every_partition_and_forgets_the_topic(capsys, any_root):
@@ -388,8 +407,11 @@ def test_delete_topic_renames_every_partition_and_forgets_the_topic(capsys, any_
             lm.open_log(TopicPartition("t", 0), writable=writable)
     rc, out, err = run(capsys, "consume", any_root, "--topic", "t")
     assert rc == 1 and "'t' does not exist" in err
-    assert not any(k[0] == "t" for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
-                   for k in checkpoint_text(lm, name))
+    assert not any(
+        k[0] == "t"
+        for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint")
+        for k in checkpoint_text(lm, name)
+    )
     # the data is still there until the delay passes
     victim = [n for n in gone if n.startswith("t-2.")][0]
     data = lm.fs.read(lm.fs.join(lm.root, victim, f"{0:020d}.log"))
@@ -506,8 +528,10 @@ def test_racing_writer_and_deletion_end_in_one_clean_state(any_root, round):
         log.close()
         outcome.append("appended")
 
-    threads = [threading.Thread(target=writer),
-               threading.Thread(target=lambda: done.append(lm.delete_topic("t", lock_timeout=None)))]
+    threads = [
+        threading.Thread(target=writer),
+        threading.Thread(target=lambda: done.append(lm.delete_topic("t", lock_timeout=None))),
+    ]
     for t in threads[:: 1 if round % 2 else -1]:
         t.start()
     first.close()

@@ -29,8 +29,14 @@ TS0 = 1_700_000_000_000
 def cli(server, *argv, stdin: bytes = b""):
     """`python -m kafkalog_ds ARGV --fs endpoint_url=...` in a new process: (exit code, stdout, stderr)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    p = subprocess.run([sys.executable, "-m", "kafkalog_ds", *argv, "--fs", f"endpoint_url={server.endpoint_url}"],
-                       input=stdin, capture_output=True, env=env, cwd=REPO, timeout=180)
+    p = subprocess.run(
+        [sys.executable, "-m", "kafkalog_ds", *argv, "--fs", f"endpoint_url={server.endpoint_url}"],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
+    )
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
@@ -52,8 +58,11 @@ def make_records(n, first, partitions=(0, 1)):
     """Records with explicit partitions (only `partitions`), some null keys, headers, timestamps that go back."""
     out = []
     for i in range(first, first + n):
-        r = {"value": f"value-{i}-" + "x" * (i % 23), "partition": partitions[i % len(partitions)],
-             "timestamp": TS0 + 10 * i - (25 if i % 7 == 3 else 0)}
+        r = {
+            "value": f"value-{i}-" + "x" * (i % 23),
+            "partition": partitions[i % len(partitions)],
+            "timestamp": TS0 + 10 * i - (25 if i % 7 == 3 else 0),
+        }
         if i % 5:
             r["key"] = f"k{i % 11}"
         if i % 4 == 0:
@@ -70,7 +79,7 @@ def s3fs_of(server):
 
 def partition_objects(s3, url, topic, partition):
     """{object name: bytes} of a partition prefix, fetched with s3fs (independent of the engine)."""
-    prefix = url[len("s3://"):] + f"/{topic}-{partition}"
+    prefix = url[len("s3://") :] + f"/{topic}-{partition}"
     try:
         names = s3.ls(prefix, detail=False, refresh=True)
     except FileNotFoundError:
@@ -104,9 +113,19 @@ def check_kafka_files(objs, interval):
 
 def as_consumed(records, partition):
     """What `kafkalog consume` prints for kafka-python's records (UTF-8 text here)."""
-    return [{"topic": "t", "partition": partition, "offset": o, "timestamp": ts, "timestampType": "CreateTime",
-             "key": k and k.decode(), "value": v and v.decode(),
-             "headers": [[hk, hv and hv.decode()] for hk, hv in hs]} for o, ts, k, v, hs in records]
+    return [
+        {
+            "topic": "t",
+            "partition": partition,
+            "offset": o,
+            "timestamp": ts,
+            "timestampType": "CreateTime",
+            "key": k and k.decode(),
+            "value": v and v.decode(),
+            "headers": [[hk, hv and hv.decode()] for hk, hv in hs],
+        }
+        for o, ts, k, v, hs in records
+    ]
 
 
 def parsed(out):
@@ -116,8 +135,7 @@ def parsed(out):
 # ------------------------------------------------------------------ every command, against two oracles
 
 
-def test_cli_on_s3_matches_kafka_python_and_the_same_commands_on_local_disk(s3_server, s3_root, tmp_path,
-                                                                            capsys):  # noqa: F811
+def test_cli_on_s3_matches_kafka_python_and_the_same_commands_on_local_disk(s3_server, s3_root, tmp_path, capsys):  # noqa: F811
     url, _ = s3_root
     loc = str(tmp_path / "logs")
     first, second = make_records(120, 0), make_records(90, 120)
@@ -135,31 +153,45 @@ def test_cli_on_s3_matches_kafka_python_and_the_same_commands_on_local_disk(s3_s
     for p in (0, 1):
         objs = partition_objects(s3, url, "t", p)
         assert sorted(objs) == [f"{b:020d}{s}" for b in (0, 60) for s in (".index", ".log", ".timeindex")] + [
-            "kafkalog-producer-state.json"]
+            "kafkalog-producer-state.json"
+        ]
         want[p] = as_consumed(check_kafka_files(objs, 300), p)
         hint = json.loads(objs["kafkalog-producer-state.json"])  # each segment's size and largest timestamp
-        assert hint["segments"] == {str(b): [len(objs[f"{b:020d}.log"]), max(
-            r[1] for bt in kp_parse(objs[f"{b:020d}.log"]) for r in bt["records"])] for b in (0, 60)}
+        assert hint["segments"] == {
+            str(b): [
+                len(objs[f"{b:020d}.log"]),
+                max(r[1] for bt in kp_parse(objs[f"{b:020d}.log"]) for r in bt["records"]),
+            ]
+            for b in (0, 60)
+        }
         mine = [r for r in first + second if r["partition"] == p]
-        assert [(r["value"], r["key"], r["timestamp"]) for r in want[p]] == \
-            [(r["value"], r.get("key"), r["timestamp"]) for r in mine]
+        assert [(r["value"], r["key"], r["timestamp"]) for r in want[p]] == [
+            (r["value"], r.get("key"), r["timestamp"]) for r in mine
+        ]
     assert partition_objects(s3, url, "t", 2) == {}  # never written: an object store has no empty directory
 
     rc, out, err = cli(s3_server, "consume", url, "--topic", "t")
     assert rc == 0, err
     assert parsed(out) == want[0] + want[1]
     T = TS0 + 10 * 150
-    cases = [["--topic", "t", "--timestamp", str(T)], ["--topic", "t", "--partition", "1", "--offset", "3",
-                                                       "--max-messages", "4"], ["--topic", "t", "--partition", "2"]]
+    cases = [
+        ["--topic", "t", "--timestamp", str(T)],
+        ["--topic", "t", "--partition", "1", "--offset", "3", "--max-messages", "4"],
+        ["--topic", "t", "--partition", "2"],
+    ]
     for argv in cases:
         rc, out, err = cli(s3_server, "consume", url, *argv)
         assert (rc, out) == local(capsys, "consume", loc, *argv)[:2], (argv, err)
-    assert parsed(cli(s3_server, "consume", url, *cases[0])[1])[0] == \
-        next(r for p in (0, 1) for r in want[p] if r["timestamp"] >= T)  # brute force over partition 0 first
+    assert parsed(cli(s3_server, "consume", url, *cases[0])[1])[0] == next(
+        r for p in (0, 1) for r in want[p] if r["timestamp"] >= T
+    )  # brute force over partition 0 first
 
     def offsets(doc):
-        return [(t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"])
-                for t in doc["topics"] for p in t["partitions"]]
+        return [
+            (t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"])
+            for t in doc["topics"]
+            for p in t["partitions"]
+        ]
 
     rc, out, err = cli(s3_server, "describe", url, "--json")
     assert rc == 0, err
@@ -217,8 +249,11 @@ def test_empty_partitions_on_s3_read_as_empty(s3_server, s3_root, tmp_path, caps
     assert (rc, out) == (0, ""), err
     rc, out, err = cli(s3_server, "describe", url, "--json")
     assert rc == 0, err
-    assert [(p["logStartOffset"], p["logEndOffset"]) for p in json.loads(out)["topics"][0]["partitions"]] == \
-        [(0, 0), (0, 1), (0, 0)]
+    assert [(p["logStartOffset"], p["logEndOffset"]) for p in json.loads(out)["topics"][0]["partitions"]] == [
+        (0, 0),
+        (0, 1),
+        (0, 0),
+    ]
     # the rule comes from the topic metadata, not from the store: the same on local disk
     loc = str(tmp_path / "logs")
     LogManager(loc).create_topic("t", 2)
@@ -246,12 +281,29 @@ def test_produce_killed_between_object_writes_then_restarted(s3_faults, s3_root,
     before = make_records(20, 0)
     assert cli(server, "produce", url, "--topic", "t", "--partitions", "2", stdin=lines_of(before))[0] == 0
     killed = make_records(40, 20)
-    prefix = url[len("s3://"):]
+    prefix = url[len("s3://") :]
     fault = server.add_fault("PUT", rf"^/{prefix}/t-0/\d{{20}}{KILL_POINTS[point]}", hold=True)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "kafkalog_ds", "produce", url, "--topic", "t", "--batch-size", "6",
-                             "--fs", f"endpoint_url={server.endpoint_url}"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kafkalog_ds",
+            "produce",
+            url,
+            "--topic",
+            "t",
+            "--batch-size",
+            "6",
+            "--fs",
+            f"endpoint_url={server.endpoint_url}",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
     proc.stdin.write(lines_of(killed))
     proc.stdin.close()
     try:
@@ -269,8 +321,9 @@ def test_produce_killed_between_object_writes_then_restarted(s3_faults, s3_root,
     shown = [r["value"] for r in parsed(out)]
     landed = point != "holding the segment's create-only PUT"
     # partition 0's segment is all or nothing; partition 1 was never reached
-    assert shown == [r["value"] for r in before + killed if r["partition"] == 0 and (landed or r in before)] + \
-        [r["value"] for r in before if r["partition"] == 1]
+    assert shown == [r["value"] for r in before + killed if r["partition"] == 0 and (landed or r in before)] + [
+        r["value"] for r in before if r["partition"] == 1
+    ]
     missing = [r for r in killed if r["value"] not in set(shown)]
     after = make_records(5, 60)
     rc, out, err = cli(server, "produce", url, "--topic", "t", "--batch-size", "6", stdin=lines_of(missing + after))
@@ -300,9 +353,10 @@ def test_reads_fetch_ranges_and_open_indexes_without_a_head(s3_server, s3_root):
     n_segments, per_segment = 12, 60
     with lm.open_log(tp, writable=True) as log:
         for s in range(n_segments):
-            log.append(b"".join(kp_batch([(TS0 + 1000 * s + i, b"k%d" % i, b"v" * 40, [])])
-                                for i in range(per_segment)))
-    prefix = "/" + url[len("s3://"):] + "/t-0/"
+            log.append(
+                b"".join(kp_batch([(TS0 + 1000 * s + i, b"k%d" % i, b"v" * 40, [])]) for i in range(per_segment))
+            )
+    prefix = "/" + url[len("s3://") :] + "/t-0/"
     sizes = {f.name: f.size for f in LogManager(url, opts).fs.listdir(url + "/t-0")}
 
     def measured(fn):
@@ -312,8 +366,11 @@ def test_reads_fetch_ranges_and_open_indexes_without_a_head(s3_server, s3_root):
 
     def read(lm):
         with lm.open_log(tp) as log:
-            return [o for b in log.read_records(7 * per_segment + 30, 7 * per_segment + 35)
-                    for o in b.column("offset").to_pylist()]
+            return [
+                o
+                for b in log.read_records(7 * per_segment + 30, 7 * per_segment + 35)
+                for o in b.column("offset").to_pylist()
+            ]
 
     def lookup(lm):
         with lm.open_log(tp) as log:
@@ -326,18 +383,25 @@ def test_reads_fetch_ranges_and_open_indexes_without_a_head(s3_server, s3_root):
         log_gets = [r for r in reqs if r.method == "GET" and r.path.startswith(prefix) and r.path.endswith(".log")]
         assert log_gets and all(r.range and r.range.startswith("bytes=") for r in log_gets)
         for r in log_gets:  # no .log object was fetched whole
-            start, end = map(int, r.range[len("bytes="):].split("-"))
+            start, end = map(int, r.range[len("bytes=") :].split("-"))
             assert end - start + 1 < sizes[r.path.rsplit("/", 1)[1]], r
         print(fn.__name__, len(reqs), dict(Counter(r.method for r in reqs)), sum(r.body_bytes for r in reqs))
     # the lookup: LIST of ROOT, GET of the topic file, LIST of the partition, the log end (last .index
     # entry, .log tail), the hint, segment 9's .timeindex and .index, and one ranged GET of its .log
-    assert [r.path.rsplit("/", 1)[1] for r in reqs if r.path.endswith(".timeindex")] == [f"{9 * per_segment:020d}.timeindex"]
+    assert [r.path.rsplit("/", 1)[1] for r in reqs if r.path.endswith(".timeindex")] == [
+        f"{9 * per_segment:020d}.timeindex"
+    ]
     assert len(reqs) <= 10, [(r.method, r.path, r.range) for r in reqs]
     LogManager(url, opts).fs.delete(url + "/t-0/kafkalog-producer-state.json")
     got, reqs = measured(lookup)
     assert got == 9 * per_segment + 40
-    last_entries = [r for r in reqs if r.path.endswith(".timeindex") and r.body_bytes == 12
-                    and r.range.endswith(f"-{sizes[r.path.rsplit('/', 1)[1]] - 1}")]
+    last_entries = [
+        r
+        for r in reqs
+        if r.path.endswith(".timeindex")
+        and r.body_bytes == 12
+        and r.range.endswith(f"-{sizes[r.path.rsplit('/', 1)[1]] - 1}")
+    ]
     # without the hint: one 12-byte read of the last .timeindex entry per segment up to the answer's (9
     # passed over, then segment 9's own), and the rest as above
     assert sorted(int(r.path.rsplit("/", 1)[1][:20]) for r in last_entries) == [per_segment * s for s in range(10)]

@@ -40,8 +40,12 @@ def random_segments(lm, rng, n):
             k = rng.randint(1, 30)
             centre = TS0 + rng.choice([s * 1000, s * 1000, rng.randint(0, n * 1000)])  # some segments go back
             ts = [centre + rng.randint(-700, 700) for _ in range(k)]
-            table = pa.table({"value": [b"v%d" % (len(model) + i) * rng.randint(1, 20) for i in range(k)],
-                              "timestamp": pa.array(ts, pa.int64())})
+            table = pa.table(
+                {
+                    "value": [b"v%d" % (len(model) + i) * rng.randint(1, 20) for i in range(k)],
+                    "timestamp": pa.array(ts, pa.int64()),
+                }
+            )
             log.append(build_records(table, max_batch_bytes=rng.choice([150, 400, 10_000])))
             model += ts
     return model
@@ -66,8 +70,10 @@ def test_lookups_match_the_model_whatever_state_the_hint_is_in(seed):
     assert fresh["version"] == 3 and len(fresh["segments"]) == 25
     with lm.open_log(TP) as log:  # the entries are each segment's own largest timestamp
         for seg in log.segments:
-            assert fresh["segments"][str(seg.base_offset)] == [seg.size, max(model[seg.base_offset:log.segment_for(
-                seg.base_offset).read_next_offset()])]
+            assert fresh["segments"][str(seg.base_offset)] == [
+                seg.size,
+                max(model[seg.base_offset : log.segment_for(seg.base_offset).read_next_offset()]),
+            ]
     targets = [TS0 - 10_000, TS0 + 30_000] + [rng.choice(model) + d for d in (-1, 0, 1) for _ in range(8)]
 
     def stale(doc):  # entries whose size is not the object's: must be ignored, whatever they say
@@ -85,8 +91,15 @@ def test_lookups_match_the_model_whatever_state_the_hint_is_in(seed):
     def version2(doc):  # written before segments were kept
         return {"version": 2, "asOf": doc["asOf"], "writers": doc["writers"]}
 
-    states = {"fresh": lambda d: d, "stale": stale, "rolled back": rolled_back, "version 2": version2,
-              "garbled": None, "missing": None, "bad entry": None}
+    states = {
+        "fresh": lambda d: d,
+        "stale": stale,
+        "rolled back": rolled_back,
+        "version 2": version2,
+        "garbled": None,
+        "missing": None,
+        "bad entry": None,
+    }
     for name, change in states.items():
         if name == "missing":
             lm.fs.delete(hint_path)
@@ -128,8 +141,17 @@ def test_only_the_segment_holding_the_answer_is_read(monkeypatch):
     lm = memory_manager()
     with lm.open_log(TP, writable=True) as log:
         for s in range(40):
-            log.append(build_records(pa.table({"value": [b"x" * 50] * 10, "timestamp": pa.array(
-                [TS0 + s * 100 + i for i in range(10)], pa.int64())}), max_batch_bytes=200))
+            log.append(
+                build_records(
+                    pa.table(
+                        {
+                            "value": [b"x" * 50] * 10,
+                            "timestamp": pa.array([TS0 + s * 100 + i for i in range(10)], pa.int64()),
+                        }
+                    ),
+                    max_batch_bytes=200,
+                )
+            )
     reads = []
     real_read, real_get = ObjectStoreFileSystem.read, object_reader.pinned_get
 
@@ -197,8 +219,17 @@ def test_a_lookup_on_s3_is_bounded_and_reads_no_log_object_whole(s3_server, s3_r
     lm.create_topic("t", 1)
     with lm.open_log(TP, writable=True) as log:
         for s in range(60):  # 60 segment objects of about 10 KB, ten batches each
-            log.append(build_records(pa.table({"value": [b"y" * 180] * 50, "timestamp": pa.array(
-                [TS0 + s * 1000 + i for i in range(50)], pa.int64())}), max_batch_bytes=1000))
+            log.append(
+                build_records(
+                    pa.table(
+                        {
+                            "value": [b"y" * 180] * 50,
+                            "timestamp": pa.array([TS0 + s * 1000 + i for i in range(50)], pa.int64()),
+                        }
+                    ),
+                    max_batch_bytes=1000,
+                )
+            )
     sizes = {}
     with LogManager(url, opts).open_log(TP) as log:
         sizes = {s.log_path: s.size for s in log.segments}
@@ -210,11 +241,10 @@ def test_a_lookup_on_s3_is_bounded_and_reads_no_log_object_whole(s3_server, s3_r
         assert len(reqs) <= 10, [(r.method, r.path, r.range) for r in reqs]  # whatever the segment
         logs = [r for r in reqs if r.path.endswith(".log")]
         for r in logs:
-            first, _, last = r.range[len("bytes="):].partition("-")
+            first, _, last = r.range[len("bytes=") :].partition("-")
             size = next(v for k, v in sizes.items() if r.path.endswith(k.rsplit("/", 1)[-1]))
             assert not (int(first) == 0 and int(last) >= size - 1), r  # never the whole object
-    assert read_hint(lm.fs, lm.partition_dir(TP)).segments[0] == SegmentMetadata(
-        next(iter(sizes.values())), TS0 + 49)
+    assert read_hint(lm.fs, lm.partition_dir(TP)).segments[0] == SegmentMetadata(next(iter(sizes.values())), TS0 + 49)
 
 
 def test_an_append_whose_hint_cannot_be_written_or_read_is_still_appended(monkeypatch):
@@ -243,8 +273,9 @@ def test_an_append_whose_hint_cannot_be_written_or_read_is_still_appended(monkey
             lm.fs.delete(lm.fs.join(lm.partition_dir(TP), STATE_FILE), missing_ok=True)  # headers must be read
             with LogManager(lm.root, fs=lm.fs).open_log(TP, writable=True) as log:
                 n = log.log_end_offset
-                info = log.append(build_records(pa.table({"value": [b"b"], "timestamp": pa.array(
-                    [TS0 + 10 * (n + 1)], pa.int64())})))
+                info = log.append(
+                    build_records(pa.table({"value": [b"b"], "timestamp": pa.array([TS0 + 10 * (n + 1)], pa.int64())}))
+                )
                 assert info.first_offset == n
     model = [TS0, TS0 + 20, TS0 + 30]
     with LogManager(lm.root, fs=lm.fs).open_log(TP) as log:

@@ -35,8 +35,10 @@ def read_topic(root: str, topic: str) -> list[tuple[int, int, bytes, int]]:
                 offs = batch.column("offset").to_pylist()
                 assert offs == sorted(set(offs)) and offs[0] > last, f"{tp}: offsets out of order"
                 last = offs[-1]
-                out += [(tp.partition, o, k, int(v)) for o, k, v in
-                        zip(offs, batch.column("key").to_pylist(), batch.column("value").to_pylist())]
+                out += [
+                    (tp.partition, o, k, int(v))
+                    for o, k, v in zip(offs, batch.column("key").to_pylist(), batch.column("value").to_pylist())
+                ]
     return out
 
 
@@ -48,13 +50,33 @@ def test_query_maintenance_and_readers_together(spark_session, tmp_path, request
     root, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
     lm = LogManager(root)
     lm.create_topic("all", 3, {"segment.bytes": "3000", "retention.ms": "-1"})
-    lm.create_topic("kv", 2, {"cleanup.policy": "compact", "segment.bytes": "3000", "min.cleanable.dirty.ratio": "0.01",
-                              "delete.retention.ms": "0", "file.delete.delay.ms": "5000"})
-    rows = (spark_session.readStream.format("rate").option("rowsPerSecond", 300).load()
-            .selectExpr("CASE WHEN value % 2 = 0 THEN 'all' ELSE 'kv' END AS topic",
-                        f"CAST(value % {KEYS} AS STRING) AS key", "CAST(value AS STRING) AS value"))
-    q = (rows.writeStream.format("kafkalog").option("checkpointLocation", ckpt)
-         .trigger(processingTime="300 milliseconds").start(root))
+    lm.create_topic(
+        "kv",
+        2,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "3000",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "0",
+            "file.delete.delay.ms": "5000",
+        },
+    )
+    rows = (
+        spark_session.readStream.format("rate")
+        .option("rowsPerSecond", 300)
+        .load()
+        .selectExpr(
+            "CASE WHEN value % 2 = 0 THEN 'all' ELSE 'kv' END AS topic",
+            f"CAST(value % {KEYS} AS STRING) AS key",
+            "CAST(value AS STRING) AS value",
+        )
+    )
+    q = (
+        rows.writeStream.format("kafkalog")
+        .option("checkpointLocation", ckpt)
+        .trigger(processingTime="300 milliseconds")
+        .start(root)
+    )
     stop = threading.Event()
     problems: list[str] = []
     counts = {"passes": 0, "cleanings": 0, "spark_passes": 0, "reads": 0, "gone": 0, "spark_reads": 0}
@@ -101,9 +123,11 @@ def test_query_maintenance_and_readers_together(spark_session, tmp_path, request
                 return
             stop.wait(rng.uniform(0, 0.2))
 
-    threads = [threading.Thread(target=maintenance, args=(random.Random(1),), daemon=True),
-               threading.Thread(target=reader, args=(random.Random(2),), daemon=True),
-               threading.Thread(target=reader, args=(random.Random(3),), daemon=True)]
+    threads = [
+        threading.Thread(target=maintenance, args=(random.Random(1),), daemon=True),
+        threading.Thread(target=reader, args=(random.Random(2),), daemon=True),
+        threading.Thread(target=reader, args=(random.Random(3),), daemon=True),
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + seconds
@@ -126,9 +150,14 @@ def test_query_maintenance_and_readers_together(spark_session, tmp_path, request
     latest = {}
     for _, _, k, v in kv:
         latest[k] = max(latest.get(k, -1), v)
-    want = {str(k).encode(): max(v for v in range(1, top + 1, 2) if v % KEYS == k) for k in range(KEYS)
-            if any(v % KEYS == k for v in range(1, top + 1, 2))}
+    want = {
+        str(k).encode(): max(v for v in range(1, top + 1, 2) if v % KEYS == k)
+        for k in range(KEYS)
+        if any(v % KEYS == k for v in range(1, top + 1, 2))
+    }
     assert latest == want, "the compacted topic lost a latest value"
-    print(f"soak {seconds:.0f} s: {len(evens)} + {len(kv)} records, {q.lastProgress and q.lastProgress['batchId']} "
-          f"batches, {counts}")
+    print(
+        f"soak {seconds:.0f} s: {len(evens)} + {len(kv)} records, {q.lastProgress and q.lastProgress['batchId']} "
+        f"batches, {counts}"
+    )
     assert counts["passes"] > 3 and counts["reads"] > 3

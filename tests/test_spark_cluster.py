@@ -78,6 +78,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 
 # ---- the Spark installation the subprocesses use ----
 
+
 @pytest.fixture(scope="module")
 def spark_env(tmp_path_factory):
     """Environment for the drivers: SPARK_HOME is a directory of links to pip's pyspark (bin, jars, python)
@@ -94,14 +95,21 @@ def spark_env(tmp_path_factory):
     (conf / "log4j2.properties").write_text(LOG4J)
     (conf / "spark-defaults.conf").write_text(
         "spark.ui.enabled false\nspark.ui.showConsoleProgress false\nspark.executor.memory 1024m\n"
-        f"spark.executorEnv.PYSPARK_PYTHON {sys.executable}\n")
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_CONF_DIR": str(conf),
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        f"spark.executorEnv.PYSPARK_PYTHON {sys.executable}\n"
+    )
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_CONF_DIR": str(conf),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
     env.pop("PYSPARK_SUBMIT_ARGS", None)
     return env
 
 
 # ---- processes ----
+
 
 def tail(path, n=60) -> str:
     try:
@@ -122,8 +130,14 @@ class Driver:
             (control / f).unlink(missing_ok=True)
         self.log_path = control / log_name
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, APP, str(control)], stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=PROJECT, env=env)
+            self.proc = subprocess.Popen(
+                [sys.executable, APP, str(control)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=PROJECT,
+                env=env,
+            )
         self.pumps: list = []  # called on every poll of wait(): feeders
 
     def status(self) -> dict:
@@ -139,8 +153,9 @@ class Driver:
             if got:
                 return got
             if alive and self.proc.poll() is not None:
-                raise AssertionError(f"driver exited {self.proc.returncode} while waiting for {what}:\n"
-                                     f"{tail(self.log_path)}")
+                raise AssertionError(
+                    f"driver exited {self.proc.returncode} while waiting for {what}:\n{tail(self.log_path)}"
+                )
             assert time.monotonic() < deadline, f"hang: no {what} in {HANG_S}s:\n{tail(self.log_path)}"
             time.sleep(0.05)
 
@@ -172,10 +187,12 @@ class Driver:
         """Wait for a clean exit; the app's result.json."""
         self.wait(lambda: self.proc.poll() is not None, "the driver's exit", alive=False)
         result = app.read_json(str(self.control / "result.json"), {}) or {}
-        assert self.proc.returncode == 0, f"driver exited {self.proc.returncode}: {result.get('error')}\n" \
-                                          f"{tail(self.log_path)}"
-        self.wait(lambda: not session_procs(self.proc.pid), "the driver's processes to exit (executors, workers)",
-                  alive=False)
+        assert self.proc.returncode == 0, (
+            f"driver exited {self.proc.returncode}: {result.get('error')}\n{tail(self.log_path)}"
+        )
+        self.wait(
+            lambda: not session_procs(self.proc.pid), "the driver's processes to exit (executors, workers)", alive=False
+        )
         return result
 
     def kill(self) -> None:
@@ -188,6 +205,7 @@ class Driver:
 
 
 # ---- feeding the counter source ----
+
 
 def batch_ids(path) -> set[int]:
     return {int(f) for f in os.listdir(path) if f.isdigit()} if os.path.isdir(path) else set()
@@ -233,6 +251,7 @@ class Feeder:
 
 # ---- killing executors ----
 
+
 @dataclass
 class KillLog:
     kills: list[str] = field(default_factory=list)
@@ -249,8 +268,12 @@ def kill_executors(d: Driver, ckpt: str, plan: list[str], rng: random.Random) ->
     hold = d.control / "hold"
     for n, mode in enumerate(plan):
         mark = max(batch_ids(os.path.join(ckpt, "commits")), default=-1)
-        d.wait(lambda mark=mark: max(batch_ids(os.path.join(ckpt, "commits")), default=-1) > mark
-               and len(d.ready_executors()) >= 2, f"a commit and two live executors before kill {n + 1}")
+        d.wait(
+            lambda mark=mark: (
+                max(batch_ids(os.path.join(ckpt, "commits")), default=-1) > mark and len(d.ready_executors()) >= 2
+            ),
+            f"a commit and two live executors before kill {n + 1}",
+        )
         if mode == "random":
             delay = rng.uniform(0, MAX_RANDOM_DELAY_S)
             d.sleep(delay)
@@ -271,8 +294,10 @@ def kill_executors(d: Driver, ckpt: str, plan: list[str], rng: random.Random) ->
             os.kill(jvms[eid], signal.SIGKILL)
         finally:
             hold.unlink(missing_ok=True)
-        out.kills.append(f"kill {n + 1}: executor {eid} (pid {jvms[eid]}), {what}, after batch "
-                         f"{max(batch_ids(os.path.join(ckpt, 'commits')), default=-1)}")
+        out.kills.append(
+            f"kill {n + 1}: executor {eid} (pid {jvms[eid]}), {what}, after batch "
+            f"{max(batch_ids(os.path.join(ckpt, 'commits')), default=-1)}"
+        )
         out.modes[mode] += 1
     return out
 
@@ -284,6 +309,7 @@ def kill_plan(rng: random.Random, held: int, random_: int) -> list[str]:
 
 
 # ---- reading back, independently of Spark ----
+
 
 def engine_records(lm: LogManager, topic: str, partitions: int) -> dict[int, list[tuple]]:
     """{partition: [(offset, key, value, headers dict)]} read with the repo's engine, log start to end."""
@@ -335,9 +361,10 @@ def check_events(records: dict[int, list[tuple]], n_rows: int) -> dict:
     twice = sorted(v for v, c in values.items() if c > 1)
     missing = sorted(set(range(n_rows)) - set(values))
     extra = sorted(set(values) - set(range(n_rows)))
-    assert not twice and not missing and not extra, \
-        f"{len(twice)} rows twice (first {twice[:10]}), {len(missing)} missing (first {missing[:10]}), " \
+    assert not twice and not missing and not extra, (
+        f"{len(twice)} rows twice (first {twice[:10]}), {len(missing)} missing (first {missing[:10]}), "
         f"{len(extra)} extra (first {extra[:10]})"
+    )
     retried = sorted(t for t in tasks if not t.endswith(".0"))
     return {"executors": {e.split("@")[0] for e in executors}, "retried_tasks": retried, "tasks": len(tasks)}
 
@@ -351,8 +378,11 @@ def pending_commits(root: str, topic: str, partitions: int) -> list:
     for p in range(partitions):
         path = os.path.join(root, f"{topic}-{p}", STATE_FILE)
         if os.path.exists(path):
-            out += [(p, e["pending"]) for e in json.loads(pathlib.Path(path).read_text())["writers"].values()
-                    if e.get("pending")]
+            out += [
+                (p, e["pending"])
+                for e in json.loads(pathlib.Path(path).read_text())["writers"].values()
+                if e.get("pending")
+            ]
     return out
 
 
@@ -373,6 +403,7 @@ def failed_tasks(phase: dict) -> int:
 
 # ---- scenario group: sink with executor kills, reads, maintenance; one driver, one cluster ----
 
+
 @dataclass
 class Group:
     root: str
@@ -389,17 +420,47 @@ def group(tmp_path_factory, spark_env):
     base = tmp_path_factory.mktemp("cluster")
     control, root = base / "control", str(base / "logs")
     g = Group(root)
-    spec = {"master": MASTER, "phases": [
-        {"kind": "sink", "source": "events", "root": root, "checkpoint": str(base / "ckpt-events"),
-         "topic": "events", "partitions": EVENTS_PARTITIONS, "batch_rows": BATCH_ROWS, "tasks": 2,
-         # small segments: most commits copy, some tasks' staging logs are big enough to be adopted
-         "options": {"segment.bytes": "4000"}},
-        {"kind": "read", "root": root, "topic": "events", "checkpoint": str(base / "ckpt-read"), "min_partitions": 6},
-        {"kind": "maintain", "source": "kv", "root": root, "checkpoint": str(base / "ckpt-kv"), "topic": "kv",
-         "partitions": KV_PARTITIONS, "keys": "changelog", "batch_rows": BATCH_ROWS, "tasks": 2,
-         "options": {"cleanup.policy": "compact", "segment.bytes": "3000", "min.cleanable.dirty.ratio": "0.01",
-                     "file.delete.delay.ms": "0"}},
-    ]}
+    spec = {
+        "master": MASTER,
+        "phases": [
+            {
+                "kind": "sink",
+                "source": "events",
+                "root": root,
+                "checkpoint": str(base / "ckpt-events"),
+                "topic": "events",
+                "partitions": EVENTS_PARTITIONS,
+                "batch_rows": BATCH_ROWS,
+                "tasks": 2,
+                # small segments: most commits copy, some tasks' staging logs are big enough to be adopted
+                "options": {"segment.bytes": "4000"},
+            },
+            {
+                "kind": "read",
+                "root": root,
+                "topic": "events",
+                "checkpoint": str(base / "ckpt-read"),
+                "min_partitions": 6,
+            },
+            {
+                "kind": "maintain",
+                "source": "kv",
+                "root": root,
+                "checkpoint": str(base / "ckpt-kv"),
+                "topic": "kv",
+                "partitions": KV_PARTITIONS,
+                "keys": "changelog",
+                "batch_rows": BATCH_ROWS,
+                "tasks": 2,
+                "options": {
+                    "cleanup.policy": "compact",
+                    "segment.bytes": "3000",
+                    "min.cleanable.dirty.ratio": "0.01",
+                    "file.delete.delay.ms": "0",
+                },
+            },
+        ],
+    }
     rng = random.Random(SEED)
     t0 = time.monotonic()
     d = Driver(control, spec, spark_env, "driver.log")
@@ -421,8 +482,14 @@ def group(tmp_path_factory, spark_env):
         # until it ends: two jobs are not meant to maintain one local log dir at once).
         cli_out, cli_err = control / "maintenance-cli.out", control / "maintenance-cli.err"
         with open(cli_out, "wb") as out, open(cli_err, "wb") as err:  # files, not pipes: nothing can block on them
-            cli = subprocess.Popen([sys.executable, "-m", "kafkalog_ds.maintenance", root, "--spark", "--master", MASTER],
-                                   stdout=out, stderr=err, start_new_session=True, cwd=PROJECT, env=spark_env)
+            cli = subprocess.Popen(
+                [sys.executable, "-m", "kafkalog_ds.maintenance", root, "--spark", "--master", MASTER],
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                cwd=PROJECT,
+                env=spark_env,
+            )
         try:
             d.wait(lambda: cli.poll() is not None, "the maintenance CLI's exit")
             d.wait(lambda: not session_procs(cli.pid), "the maintenance CLI's executors to exit")
@@ -430,8 +497,9 @@ def group(tmp_path_factory, spark_env):
             if cli.poll() is None or session_procs(cli.pid):
                 kill_session(cli)
             cli.wait()
-            g.cli = subprocess.CompletedProcess(cli.args, cli.returncode, cli_out.read_text(errors="replace"),
-                                                cli_err.read_text(errors="replace"))
+            g.cli = subprocess.CompletedProcess(
+                cli.args, cli.returncode, cli_out.read_text(errors="replace"), cli_err.read_text(errors="replace")
+            )
         (control / "go-passes").touch()
         # two in-app passes (run_once(spark=...) on this cluster) while the stream still writes
         d.wait(lambda: d.status().get("maintenance", {}).get("passes", 0) >= 2, "two maintenance passes")
@@ -453,17 +521,20 @@ def test_sink_survives_executor_kills(group):
     seen = check_events(got, g.n_events)
     execs = g.result["executors"]
     failed = failed_tasks(g.result["events"])
-    print(f"\nsink with executor kills: {sum(g.kills.modes.values())} executor kills ({dict(g.kills.modes)}), "
-          f"{failed} failed task attempts (Spark's status store), {len(seen['retried_tasks'])} retried tasks' rows "
-          f"committed ({seen['retried_tasks']}), {len(execs)} executors over the run ({sorted(execs, key=int)}), "
-          f"rows written by executors {sorted(seen['executors'], key=int)}, {g.n_events} rows in "
-          f"{g.result['events']['batches']} micro-batches, {g.seconds['sink']:.0f}s")
+    print(
+        f"\nsink with executor kills: {sum(g.kills.modes.values())} executor kills ({dict(g.kills.modes)}), "
+        f"{failed} failed task attempts (Spark's status store), {len(seen['retried_tasks'])} retried tasks' rows "
+        f"committed ({seen['retried_tasks']}), {len(execs)} executors over the run ({sorted(execs, key=int)}), "
+        f"rows written by executors {sorted(seen['executors'], key=int)}, {g.n_events} rows in "
+        f"{g.result['events']['batches']} micro-batches, {g.seconds['sink']:.0f}s"
+    )
     print("\n".join(g.kills.kills))
     assert len(g.kills.kills) == sum(EXECUTOR_KILLS)
     # each held kill failed the task it held: Spark counted the failure and the task's rows came from a retry
     assert failed >= g.kills.modes["held"]
-    assert set(g.kills.held_tasks) <= {t.rsplit(".", 1)[0] + ".0" for t in seen["retried_tasks"]} | set(), \
+    assert set(g.kills.held_tasks) <= {t.rsplit(".", 1)[0] + ".0" for t in seen["retried_tasks"]} | set(), (
         f"held tasks {g.kills.held_tasks} but retried {seen['retried_tasks']}"
+    )
     assert len(seen["executors"]) >= 3  # the first two and at least one the worker relaunched
     assert len(execs) == 2 + len(g.kills.kills)  # one executor launched for each one killed
     assert staged_leftovers(g.root) == []
@@ -474,9 +545,11 @@ def test_reads_spread_over_both_executors(group):
     g = group
     r = g.result.get("read")
     assert r, g.result.get("error")
-    want = sorted((p, o, k.decode() if k is not None else None, v.decode())
-                  for p, rows in engine_records(LogManager(g.root), "events", EVENTS_PARTITIONS).items()
-                  for o, k, v, _ in rows)
+    want = sorted(
+        (p, o, k.decode() if k is not None else None, v.decode())
+        for p, rows in engine_records(LogManager(g.root), "events", EVENTS_PARTITIONS).items()
+        for o, k, v, _ in rows
+    )
     assert len(want) == g.n_events
     for name in ("batch", "stream"):
         rows = r[name]
@@ -486,8 +559,10 @@ def test_reads_spread_over_both_executors(group):
         assert len(by_exec) >= 2, f"{name} read ran on one executor only: {dict(by_exec)}"
     before, after = r["executors_before"], r["executors_after"]
     ran = sorted(e for e in after if after[e]["completed"] > before.get(e, {"completed": 0})["completed"])
-    print(f"executors that completed read tasks (status store): {ran}; stream read in {r['stream_batches']} "
-          f"micro-batch(es); {g.seconds['read']:.0f}s")
+    print(
+        f"executors that completed read tasks (status store): {ran}; stream read in {r['stream_batches']} "
+        f"micro-batch(es); {g.seconds['read']:.0f}s"
+    )
     assert len(ran) >= 2
 
 
@@ -497,18 +572,21 @@ def test_maintenance_job_beside_a_live_stream(group):
     assert "maintenance pass:" in g.cli.stdout and ", 0 failed" in g.cli.stdout, g.cli.stdout
     m = g.result.get("kv")
     assert m, g.result.get("error")
-    print(f"\nmaintenance beside a live stream: CLI pass on its own cluster, then {m['passes']} passes on the "
-          f"app's cluster; {m['cleaned']} partition cleanings dropped {m['records_dropped']} records; "
-          f"{g.n_kv} rows in {m['batches']} micro-batches; {g.seconds['maintain']:.0f}s\nCLI: "
-          + g.cli.stdout.strip().replace("\n", "\nCLI: "))
+    print(
+        f"\nmaintenance beside a live stream: CLI pass on its own cluster, then {m['passes']} passes on the "
+        f"app's cluster; {m['cleaned']} partition cleanings dropped {m['records_dropped']} records; "
+        f"{g.n_kv} rows in {m['batches']} micro-batches; {g.seconds['maintain']:.0f}s\nCLI: "
+        + g.cli.stdout.strip().replace("\n", "\nCLI: ")
+    )
     assert m["passes"] >= 3 and m["cleaned"] >= 1 and m["records_dropped"] > 0
     lm = LogManager(g.root)
     got = engine_records(lm, "kv", KV_PARTITIONS)
     assert got == kafka_python_records(g.root, "kv", KV_PARTITIONS)
     # Exact after compaction: each row's offset stays; keys of their own all survive, each hot key's latest
     # value survives, older versions of hot keys may be gone; nothing is there twice or from elsewhere.
-    routed = collections.Counter((murmur2(app.key_of("changelog", i).encode()) & 0x7FFFFFFF) % KV_PARTITIONS
-                                 for i in range(g.n_kv))
+    routed = collections.Counter(
+        (murmur2(app.key_of("changelog", i).encode()) & 0x7FFFFFFF) % KV_PARTITIONS for i in range(g.n_kv)
+    )
     values = collections.Counter()
     for p, rows in got.items():
         offsets = [r[0] for r in rows]
@@ -543,9 +621,22 @@ DRIVER_KILL_MODES = ("staged",)
 def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
     rng = random.Random(SEED + 1)
     control, root, ckpt = tmp_path / "control", str(tmp_path / "logs"), str(tmp_path / "ckpt")
-    spec = {"master": MASTER, "phases": [
-        {"kind": "sink", "source": "drv", "root": root, "checkpoint": ckpt, "topic": "events",
-         "partitions": EVENTS_PARTITIONS, "batch_rows": BATCH_ROWS, "tasks": 2, "options": {"segment.bytes": "4000"}}]}
+    spec = {
+        "master": MASTER,
+        "phases": [
+            {
+                "kind": "sink",
+                "source": "drv",
+                "root": root,
+                "checkpoint": ckpt,
+                "topic": "events",
+                "partitions": EVENTS_PARTITIONS,
+                "batch_rows": BATCH_ROWS,
+                "tasks": 2,
+                "options": {"segment.bytes": "4000"},
+            }
+        ],
+    }
     report = []
     t0 = time.monotonic()
     for run, mode in enumerate(DRIVER_KILL_MODES + ("final",)):
@@ -558,8 +649,10 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
                 break
             d.pumps.append(feeder.pump)
             first = max(batch_ids(os.path.join(ckpt, "commits")), default=-1)
-            d.wait(lambda first=first: max(batch_ids(os.path.join(ckpt, "commits")), default=-1) >= first + 2,
-                   f"two commits in run {run}")
+            d.wait(
+                lambda first=first: max(batch_ids(os.path.join(ckpt, "commits")), default=-1) >= first + 2,
+                f"two commits in run {run}",
+            )
             if mode == "staged":
                 known = set(staged_leftovers(root))
                 d.wait(lambda known=known: set(staged_leftovers(root)) - known, "a task's staging directory")
@@ -576,10 +669,12 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
                 what = f"random, +{delay:.2f}s"
             d.kill()
             offsets, commits = batch_ids(os.path.join(ckpt, "offsets")), batch_ids(os.path.join(ckpt, "commits"))
-            report.append(f"driver {run} killed ({what}): batch {max(offsets)} planned, {max(commits)} in Spark's "
-                          f"commit log, in the partitions' writer state {committed_batches(root, 'events', 3)}, "
-                          f"staging dirs left {len(staged_leftovers(root))}, "
-                          f"pending commits {len(pending_commits(root, 'events', EVENTS_PARTITIONS))}")
+            report.append(
+                f"driver {run} killed ({what}): batch {max(offsets)} planned, {max(commits)} in Spark's "
+                f"commit log, in the partitions' writer state {committed_batches(root, 'events', 3)}, "
+                f"staging dirs left {len(staged_leftovers(root))}, "
+                f"pending commits {len(pending_commits(root, 'events', EVENTS_PARTITIONS))}"
+            )
         finally:
             (control / "hold").unlink(missing_ok=True)
             for f in control.glob("held-*.json"):
@@ -588,15 +683,18 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
     got = engine_records(LogManager(root), "events", EVENTS_PARTITIONS)
     assert got == kafka_python_records(root, "events", EVENTS_PARTITIONS)
     seen = check_events(got, n_rows)
-    print(f"\ndriver kills: {len(DRIVER_KILL_MODES)} driver(s) killed with their clusters, then one restart to the end; {n_rows} rows in "
-          f"{max(batch_ids(os.path.join(ckpt, 'commits'))) + 1} micro-batches, written by executors "
-          f"{sorted(seen['executors'], key=int)} of {len(DRIVER_KILL_MODES) + 1} clusters; "
-          f"{time.monotonic() - t0:.0f}s\n" + "\n".join(report))
+    print(
+        f"\ndriver kills: {len(DRIVER_KILL_MODES)} driver(s) killed with their clusters, then one restart to the end; {n_rows} rows in "
+        f"{max(batch_ids(os.path.join(ckpt, 'commits'))) + 1} micro-batches, written by executors "
+        f"{sorted(seen['executors'], key=int)} of {len(DRIVER_KILL_MODES) + 1} clusters; "
+        f"{time.monotonic() - t0:.0f}s\n" + "\n".join(report)
+    )
     assert staged_leftovers(root) == []
     assert pending_commits(root, "events", EVENTS_PARTITIONS) == []
 
 
 # ---- the sink on S3 while executors are killed ----
+
 
 def test_s3_sink_survives_executor_kills(tmp_path, spark_env, s3_server):  # noqa: F811
     from test_s3_cli import check_kafka_files, partition_objects, s3fs_of
@@ -604,11 +702,28 @@ def test_s3_sink_survives_executor_kills(tmp_path, spark_env, s3_server):  # noq
     rng = random.Random(SEED + 2)
     control, ckpt = tmp_path / "control", str(tmp_path / "ckpt")
     url = f"s3://{BUCKET}/cluster-{uuid.uuid4().hex[:12]}"
-    fs = {"fs.endpoint_url": s3_server.endpoint_url, "fs.key": ACCESS_KEY, "fs.secret": SECRET_KEY,
-          "fs.client_kwargs": json.dumps({"region_name": REGION})}
-    spec = {"master": MASTER, "phases": [
-        {"kind": "sink", "source": "s3", "root": url, "checkpoint": ckpt, "topic": "events",
-         "partitions": EVENTS_PARTITIONS, "batch_rows": BATCH_ROWS, "tasks": 2, "options": fs}]}
+    fs = {
+        "fs.endpoint_url": s3_server.endpoint_url,
+        "fs.key": ACCESS_KEY,
+        "fs.secret": SECRET_KEY,
+        "fs.client_kwargs": json.dumps({"region_name": REGION}),
+    }
+    spec = {
+        "master": MASTER,
+        "phases": [
+            {
+                "kind": "sink",
+                "source": "s3",
+                "root": url,
+                "checkpoint": ckpt,
+                "topic": "events",
+                "partitions": EVENTS_PARTITIONS,
+                "batch_rows": BATCH_ROWS,
+                "tasks": 2,
+                "options": fs,
+            }
+        ],
+    }
     t0 = time.monotonic()
     mark = s3_server.log.mark()
     d = Driver(control, spec, spark_env, "driver.log")
@@ -621,21 +736,24 @@ def test_s3_sink_survives_executor_kills(tmp_path, spark_env, s3_server):  # noq
     finally:
         (control / "hold").unlink(missing_ok=True)
         d.cleanup()
-    requests = s3_server.log.since(mark, path_prefix="/" + url[len("s3://"):])
+    requests = s3_server.log.since(mark, path_prefix="/" + url[len("s3://") :])
     s3 = s3fs_of(s3_server)
     objs = {p: partition_objects(s3, url, "events", p) for p in range(EVENTS_PARTITIONS)}
-    kp = {p: [(o, k, v, dict(h)) for o, _, k, v, h in check_kafka_files(objs[p], 4096)]
-          for p in range(EVENTS_PARTITIONS)}
+    kp = {
+        p: [(o, k, v, dict(h)) for o, _, k, v, h in check_kafka_files(objs[p], 4096)] for p in range(EVENTS_PARTITIONS)
+    }
     got = engine_records(LogManager(url, s3_server.storage_options), "events", EVENTS_PARTITIONS)
     assert got == kp
     seen = check_events(got, n_rows)
     failed = failed_tasks(result["s3"])
-    print(f"\nS3 sink with executor kills: {len(kills.kills)} executor kills ({dict(kills.modes)}), {failed} failed "
-          f"task attempts, {len(seen['retried_tasks'])} retried tasks' rows committed, rows written by executors "
-          f"{sorted(seen['executors'], key=int)}, {n_rows} rows in {result['s3']['batches']} micro-batches, "
-          f"{len(requests)} S3 requests; {time.monotonic() - t0:.0f}s\n" + "\n".join(kills.kills))
+    print(
+        f"\nS3 sink with executor kills: {len(kills.kills)} executor kills ({dict(kills.modes)}), {failed} failed "
+        f"task attempts, {len(seen['retried_tasks'])} retried tasks' rows committed, rows written by executors "
+        f"{sorted(seen['executors'], key=int)}, {n_rows} rows in {result['s3']['batches']} micro-batches, "
+        f"{len(requests)} S3 requests; {time.monotonic() - t0:.0f}s\n" + "\n".join(kills.kills)
+    )
     assert failed >= kills.modes["held"]
     assert set(kills.held_tasks) <= {t.rsplit(".", 1)[0] + ".0" for t in seen["retried_tasks"]}
     assert len(seen["executors"]) >= 3
-    left = [n for n in s3.ls(url[len("s3://"):], detail=False, refresh=True) if STAGED_PREFIX in n]
+    left = [n for n in s3.ls(url[len("s3://") :], detail=False, refresh=True) if STAGED_PREFIX in n]
     assert left == [], f"staging objects left: {left}"

@@ -74,9 +74,12 @@ def walk_log(path: str) -> tuple[int, int]:
 def disk_state(root: str, ckpt: str) -> dict:
     """What a kill left behind: Spark's offset/commit logs, staging files, writer state, torn tails."""
     offsets, commits = batch_ids(os.path.join(ckpt, "offsets")), batch_ids(os.path.join(ckpt, "commits"))
-    state = {"last_offset": max(offsets, default=-1), "last_commit": max(commits, default=-1),
-             "staged": sorted(f for f in os.listdir(root) if f.startswith(STAGED_PREFIX)) if os.path.isdir(root)
-             else [], "partitions": {}}
+    state = {
+        "last_offset": max(offsets, default=-1),
+        "last_commit": max(commits, default=-1),
+        "staged": sorted(f for f in os.listdir(root) if f.startswith(STAGED_PREFIX)) if os.path.isdir(root) else [],
+        "partitions": {},
+    }
     for p in range(driver.PARTITIONS):
         d = os.path.join(root, f"{driver.TOPIC}-{p}")
         if not os.path.isdir(d):
@@ -85,9 +88,12 @@ def disk_state(root: str, ckpt: str) -> dict:
         assert len(writers) <= 1, f"one query, one writer id: {writers}"
         entry = next(iter(writers.values()), {"committed_batch_id": -1, "pending": None})
         walks = [walk_log(os.path.join(d, f)) for f in sorted(os.listdir(d)) if f.endswith(".log")]
-        state["partitions"][p] = {"committed": entry["committed_batch_id"], "pending": entry["pending"],
-                                  "torn_bytes": sum(w[0] for w in walks),
-                                  "log_end": max([w[1] for w in walks] + [0])}
+        state["partitions"][p] = {
+            "committed": entry["committed_batch_id"],
+            "pending": entry["pending"],
+            "torn_bytes": sum(w[0] for w in walks),
+            "log_end": max([w[1] for w in walks] + [0]),
+        }
     return state
 
 
@@ -156,8 +162,13 @@ def wait_for_moment(mode: str, rng: random.Random, root: str, proc) -> float:
 
 def start(root, ckpt, n_rows, input_dir, log_path):
     out = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, DRIVER, root, ckpt, str(n_rows), input_dir], stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT)
+    proc = subprocess.Popen(
+        [sys.executable, DRIVER, root, ckpt, str(n_rows), input_dir],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=PROJECT,
+    )
     out.close()
     return proc
 
@@ -205,10 +216,12 @@ def test_kill_driver_at_random_moments_then_restart_every_row_once(tmp_path, pyt
             else:
                 deadline = time.monotonic() + START_TIMEOUT_S
                 while not batch_ids(os.path.join(ckpt, "commits")) - commits_before:
-                    assert proc.poll() is None, \
+                    assert proc.poll() is None, (
                         f"round {rnd}: driver exited {proc.returncode} before its first commit:\n{tail(log_path)}"
-                    assert time.monotonic() < deadline, f"round {rnd}: no commit in {START_TIMEOUT_S}s:\n" \
-                                                        f"{tail(log_path)}"
+                    )
+                    assert time.monotonic() < deadline, (
+                        f"round {rnd}: no commit in {START_TIMEOUT_S}s:\n{tail(log_path)}"
+                    )
                     time.sleep(0.02)
                 mode = first[rnd] if rnd < len(first) else rng.choices(MODES, weights=[2, 1, 1])[0]
                 delay = wait_for_moment(mode, rng, root, proc)
@@ -228,8 +241,10 @@ def test_kill_driver_at_random_moments_then_restart_every_row_once(tmp_path, pyt
         staged_seen |= set(state["staged"])
         phases[what] += 1
         torn = sum(s["torn_bytes"] for s in state["partitions"].values())
-        report.append(f"kill {rnd + 1:2d} ({mode}, +{delay:4.2f}s): batch {state['last_offset']}, last commit "
-                      f"{state['last_commit']}, {what}" + (f", {torn} torn bytes" if torn else ""))
+        report.append(
+            f"kill {rnd + 1:2d} ({mode}, +{delay:4.2f}s): batch {state['last_offset']}, last commit "
+            f"{state['last_commit']}, {what}" + (f", {torn} torn bytes" if torn else "")
+        )
 
     # An independent reader over every .log file: every CRC valid, offsets dense, each row once.
     values = collections.Counter()
@@ -254,13 +269,17 @@ def test_kill_driver_at_random_moments_then_restart_every_row_once(tmp_path, pyt
     missing = sorted(set(range(n_rows)) - set(values))
     extra = sorted(set(values) - set(range(n_rows)))
     final_state = disk_state(root, ckpt)
-    summary = (f"\n{rounds} kills, {final_state['last_commit'] + 1} micro-batches committed, {n_rows} rows\n"
-               + "\n".join(report) + f"\nkill modes: {dict(modes)}\nphases: {dict(phases)}"
-               + f"\nrecovery actions logged by drivers: {dict(recoveries)}"
-               + f"\nprocesses forked after the kill volley (killed by the sweep): {stragglers}")
+    summary = (
+        f"\n{rounds} kills, {final_state['last_commit'] + 1} micro-batches committed, {n_rows} rows\n"
+        + "\n".join(report)
+        + f"\nkill modes: {dict(modes)}\nphases: {dict(phases)}"
+        + f"\nrecovery actions logged by drivers: {dict(recoveries)}"
+        + f"\nprocesses forked after the kill volley (killed by the sweep): {stragglers}"
+    )
     print(summary)
-    assert not twice and not missing and not extra, \
-        f"{len(twice)} rows twice (first {twice[:10]}), {len(missing)} missing (first {missing[:10]}), " \
+    assert not twice and not missing and not extra, (
+        f"{len(twice)} rows twice (first {twice[:10]}), {len(missing)} missing (first {missing[:10]}), "
         f"extra {extra[:10]}{summary}"
+    )
     assert not final_state["staged"], f"staging files left: {final_state['staged']}"
     assert all(s["pending"] is None for s in final_state["partitions"].values())

@@ -25,19 +25,33 @@ def log_records(root, topic):
 
 
 def rate_stream(spark, rows_per_second=200):
-    return (spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
-            .selectExpr("CAST(value % 13 AS STRING) AS key", "CAST(value AS STRING) AS value", "timestamp"))
+    return (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rows_per_second)
+        .load()
+        .selectExpr("CAST(value % 13 AS STRING) AS key", "CAST(value AS STRING) AS value", "timestamp")
+    )
 
 
 def test_batch_write_with_every_column_kafka_python_reads_it(spark_session, tmp_path):
     root = str(tmp_path / "logs")
     df = spark_session.createDataFrame(
-        [("k1", "v1", [("h", b"x")], 0, 1700000000000), (None, "v2", None, None, 1700000000001),
-         ("k3", None, [], 2, 1700000000002)],
+        [
+            ("k1", "v1", [("h", b"x")], 0, 1700000000000),
+            (None, "v2", None, None, 1700000000001),
+            ("k3", None, [], 2, 1700000000002),
+        ],
         "key string, value string, headers array<struct<key:string,value:binary>>, partition int, ts long",
     ).withColumnRenamed("ts", "timestamp")
-    (df.write.format("kafkalog").mode("append").option("topic", "t").option("partitions", "3")
-     .option("compression.type", "zstd").option("segment.bytes", "4096").save(root))
+    (
+        df.write.format("kafkalog")
+        .mode("append")
+        .option("topic", "t")
+        .option("partitions", "3")
+        .option("compression.type", "zstd")
+        .option("segment.bytes", "4096")
+        .save(root)
+    )
     got = log_records(root, "t")
     assert (b"k1", b"v1", [("h", b"x")], 1700000000000) in [r[1:] for r in got[0]]  # explicit partitions win
     assert (b"k3", None, [], 1700000000002) in [r[1:] for r in got[2]]
@@ -62,14 +76,25 @@ def test_keyed_rows_land_where_kafkas_partitioner_puts_them(spark_session, tmp_p
 
 def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_path, capsys):
     root, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
-    src = spark_session.range(0, 3000, numPartitions=4).selectExpr("CAST(id % 17 AS STRING) AS key",
-                                                                   "CAST(id AS STRING) AS value")
+    src = spark_session.range(0, 3000, numPartitions=4).selectExpr(
+        "CAST(id % 17 AS STRING) AS key", "CAST(id AS STRING) AS value"
+    )
     src.write.parquet(str(tmp_path / "in"))
-    stream = spark_session.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1) \
+    stream = (
+        spark_session.readStream.schema("key string, value string")
+        .option("maxFilesPerTrigger", 1)
         .parquet(str(tmp_path / "in"))
-    q = (stream.writeStream.format("kafkalog").option("topic", "events").option("partitions", "3")
-         .option("segment.bytes", "4096").option("index.interval.bytes", "300")
-         .option("checkpointLocation", ckpt).trigger(availableNow=True).start(root))
+    )
+    q = (
+        stream.writeStream.format("kafkalog")
+        .option("topic", "events")
+        .option("partitions", "3")
+        .option("segment.bytes", "4096")
+        .option("index.interval.bytes", "300")
+        .option("checkpointLocation", ckpt)
+        .trigger(availableNow=True)
+        .start(root)
+    )
     q.awaitTermination(120)
     assert q.exception() is None
     got = log_records(root, "events")
@@ -89,6 +114,7 @@ def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_pat
             segments += 1
     assert segments > 6
     from kafkalog_ds.cli import main
+
     assert main(["consume", root, "--topic", "events", "--partition", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(got[1])
 
@@ -99,14 +125,21 @@ def test_failed_commit_is_replayed_exactly_once_after_restart(spark_session, tmp
     root, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
     lm = LogManager(root)
     lm.create_topic("t", 2)
-    df = spark_session.range(0, 400, numPartitions=2).selectExpr("CAST(id AS STRING) AS value",
-                                                                 "CAST(id % 2 AS INT) AS partition")
+    df = spark_session.range(0, 400, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS value", "CAST(id % 2 AS INT) AS partition"
+    )
     df.write.parquet(str(tmp_path / "in"))
 
     def run():
         stream = spark_session.readStream.schema("value string, partition int").parquet(str(tmp_path / "in"))
-        return (stream.writeStream.format("kafkalog").option("topic", "t").option("lockTimeoutMs", "2000")
-                .option("checkpointLocation", ckpt).trigger(availableNow=True).start(root))
+        return (
+            stream.writeStream.format("kafkalog")
+            .option("topic", "t")
+            .option("lockTimeoutMs", "2000")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start(root)
+        )
 
     with lm.open_log(TopicPartition("t", 1), writable=True):
         q = run()
@@ -128,8 +161,9 @@ def test_task_failure_then_restart_leaves_every_row_once(spark_session, tmp_path
 
     root, ckpt, marker = str(tmp_path / "logs"), str(tmp_path / "ckpt"), str(tmp_path / "fail-once")
     open(marker, "w").close()
-    spark_session.range(0, 1000, numPartitions=4).selectExpr("CAST(id AS STRING) AS value") \
-        .write.parquet(str(tmp_path / "in"))
+    spark_session.range(0, 1000, numPartitions=4).selectExpr("CAST(id AS STRING) AS value").write.parquet(
+        str(tmp_path / "in")
+    )
 
     @udf("string")
     def explode_once(v):
@@ -140,9 +174,15 @@ def test_task_failure_then_restart_leaves_every_row_once(spark_session, tmp_path
 
     def run():
         stream = spark_session.readStream.schema("value string").parquet(str(tmp_path / "in"))
-        return (stream.select(explode_once("value").alias("value")).writeStream.format("kafkalog")
-                .option("topic", "t").option("partitions", "2").option("checkpointLocation", ckpt)
-                .trigger(availableNow=True).start(root))
+        return (
+            stream.select(explode_once("value").alias("value"))
+            .writeStream.format("kafkalog")
+            .option("topic", "t")
+            .option("partitions", "2")
+            .option("checkpointLocation", ckpt)
+            .trigger(availableNow=True)
+            .start(root)
+        )
 
     q = run()
     with pytest.raises(Exception, match="injected task failure"):
@@ -158,15 +198,23 @@ def test_two_queries_on_one_topic_both_finish_with_dense_offsets(spark_session, 
     root = str(tmp_path / "logs")
     LogManager(root).create_topic("t", 1)
     for name, lo in (("a", 0), ("b", 100000)):
-        spark_session.range(lo, lo + 2000, numPartitions=3).selectExpr("CAST(id AS STRING) AS value") \
-            .write.parquet(str(tmp_path / f"in-{name}"))
+        spark_session.range(lo, lo + 2000, numPartitions=3).selectExpr("CAST(id AS STRING) AS value").write.parquet(
+            str(tmp_path / f"in-{name}")
+        )
     queries = []
     for name in ("a", "b"):
-        stream = spark_session.readStream.schema("value string").option("maxFilesPerTrigger", 1) \
+        stream = (
+            spark_session.readStream.schema("value string")
+            .option("maxFilesPerTrigger", 1)
             .parquet(str(tmp_path / f"in-{name}"))
-        queries.append(stream.writeStream.format("kafkalog").option("topic", "t")
-                       .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
-                       .trigger(availableNow=True).start(root))
+        )
+        queries.append(
+            stream.writeStream.format("kafkalog")
+            .option("topic", "t")
+            .option("checkpointLocation", str(tmp_path / f"ckpt-{name}"))
+            .trigger(availableNow=True)
+            .start(root)
+        )
     for q in queries:
         q.awaitTermination(180)
         assert q.exception() is None
@@ -175,16 +223,19 @@ def test_two_queries_on_one_topic_both_finish_with_dense_offsets(spark_session, 
     assert sorted(int(r[2]) for r in rows) == list(range(2000)) + list(range(100000, 102000))
 
 
-@pytest.mark.parametrize("frame, options, message", [
-    ("SELECT 1 AS id", {"topic": "t"}, "needs a 'value' column"),
-    ("SELECT 1 AS value", {"topic": "t"}, "column 'value' has type int"),
-    ("SELECT 'v' AS value, 'x' AS partition", {"topic": "t"}, "column 'partition' has type string"),
-    ("SELECT 'v' AS value", {}, "no topic"),
-    ("SELECT 'v' AS value", {"topic": "bad topic!"}, "bad topic!"),
-    ("SELECT 'v' AS value", {"topic": "t", "segment.bytes": "3"}, "segment.bytes"),
-    ("SELECT 'v' AS value", {"topic": "t", "compression.type": "brotli"}, "compression.type"),
-    ("SELECT 'v' AS value", {"topic": "t", "kafka.value.serializer": "x"}, "'value.serializer' is not supported"),
-])
+@pytest.mark.parametrize(
+    "frame, options, message",
+    [
+        ("SELECT 1 AS id", {"topic": "t"}, "needs a 'value' column"),
+        ("SELECT 1 AS value", {"topic": "t"}, "column 'value' has type int"),
+        ("SELECT 'v' AS value, 'x' AS partition", {"topic": "t"}, "column 'partition' has type string"),
+        ("SELECT 'v' AS value", {}, "no topic"),
+        ("SELECT 'v' AS value", {"topic": "bad topic!"}, "bad topic!"),
+        ("SELECT 'v' AS value", {"topic": "t", "segment.bytes": "3"}, "segment.bytes"),
+        ("SELECT 'v' AS value", {"topic": "t", "compression.type": "brotli"}, "compression.type"),
+        ("SELECT 'v' AS value", {"topic": "t", "kafka.value.serializer": "x"}, "'value.serializer' is not supported"),
+    ],
+)
 def test_bad_input_is_named_before_anything_is_written(spark_session, tmp_path, frame, options, message):
     root = str(tmp_path / "logs")
     w = spark_session.sql(frame).write.format("kafkalog").mode("append")
@@ -200,6 +251,7 @@ def test_register_makes_the_format_available_explicitly(spark_session, tmp_path)
 
     kafkalog_ds.register(spark_session)  # for sessions where data source discovery is off
     root = str(tmp_path / "logs")
-    spark_session.createDataFrame([("v",)], "value string").write.format("kafkalog").option("topic", "r") \
-        .mode("append").save(root)
+    spark_session.createDataFrame([("v",)], "value string").write.format("kafkalog").option("topic", "r").mode(
+        "append"
+    ).save(root)
     assert log_records(root, "r")[0][0][2] == b"v"

@@ -33,9 +33,13 @@ def build_root(root, seed=5):
                 for _ in range(n):
                     ts += rng.randint(-40, 60)
                     stamps.append(ts)
-                table = pa.table({"key": [f"k{rng.randint(0, 9)}".encode() for _ in range(n)],
-                                  "value": [f"a{p}-{b}-{i}".encode() for i in range(n)],
-                                  "timestamp": stamps})
+                table = pa.table(
+                    {
+                        "key": [f"k{rng.randint(0, 9)}".encode() for _ in range(n)],
+                        "value": [f"a{p}-{b}-{i}".encode() for i in range(n)],
+                        "timestamp": stamps,
+                    }
+                )
                 log.append(build_records(table))
     d = os.path.join(root, "c-0")
     os.makedirs(d)
@@ -58,7 +62,9 @@ def model(root):
         if not os.path.isdir(path):
             continue
         topic, part = name.rsplit("-", 1)
-        data = b"".join(open(os.path.join(path, f), "rb").read() for f in sorted(os.listdir(path)) if f.endswith(".log"))
+        data = b"".join(
+            open(os.path.join(path, f), "rb").read() for f in sorted(os.listdir(path)) if f.endswith(".log")
+        )
         out[(topic, int(part))] = [(r[0], r[1], r[2], r[3]) for b in kp_parse(data) for r in b["records"]]
     return out
 
@@ -95,8 +101,10 @@ def expected(m, topics, start_spec, end_spec):
 
 
 def collect(df):
-    return sorted((r.topic, r.partition, r.offset, int(r.timestamp.timestamp() * 1000 + 0.5), r.key, r.value)
-                  for r in df.collect())
+    return sorted(
+        (r.topic, r.partition, r.offset, int(r.timestamp.timestamp() * 1000 + 0.5), r.key, r.value)
+        for r in df.collect()
+    )
 
 
 def test_batch_reads_match_brute_force_for_random_ranges(spark_session, tmp_path):
@@ -109,8 +117,11 @@ def test_batch_reads_match_brute_force_for_random_ranges(spark_session, tmp_path
     for case in range(14):
         topics = rng.choice([["a"], ["c"], ["a", "c"]])
         reader = spark_session.read.format("kafkalog")
-        reader = reader.option("subscribe", ",".join(topics)) if case % 3 else \
-            reader.option("subscribePattern", "|".join(topics))
+        reader = (
+            reader.option("subscribe", ",".join(topics))
+            if case % 3
+            else reader.option("subscribePattern", "|".join(topics))
+        )
         start_spec, end_spec = ("none", None), ("none", None)
         choice = case % 4
         if choice == 0:
@@ -151,14 +162,21 @@ def test_same_rows_as_kafkalog_consume_and_headers(spark_session, tmp_path, caps
     lm.create_topic("h", 1)
     with lm.open_log(TopicPartition("h", 0), writable=True) as log:
         log.append(kp_batch([(T0, b"k", b"v", [("x", b"1"), ("y", None)]), (T0 + 1, None, None, [])]))
-    rows = spark_session.read.format("kafkalog").option("subscribe", "h").option("includeHeaders", "true") \
-        .load(root).collect()
+    rows = (
+        spark_session.read.format("kafkalog")
+        .option("subscribe", "h")
+        .option("includeHeaders", "true")
+        .load(root)
+        .collect()
+    )
     assert [r.headers for r in rows] == [[("x", b"1"), ("y", None)], None]
     from kafkalog_ds.cli import main
+
     assert main(["consume", root, "--topic", "h"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [(x["offset"], x["key"], x["value"]) for x in lines] == \
-        [(r.offset, r.key and r.key.decode(), r.value and r.value.decode()) for r in rows]
+    assert [(x["offset"], x["key"], x["value"]) for x in lines] == [
+        (r.offset, r.key and r.key.decode(), r.value and r.value.decode()) for r in rows
+    ]
 
 
 def test_data_loss_is_named_or_skipped(spark_session, tmp_path):
@@ -178,23 +196,31 @@ def test_data_loss_is_named_or_skipped(spark_session, tmp_path):
         spark_session.read.format("kafkalog").option("assign", '{"nosuch":[0]}').load(root).collect()
 
 
-@pytest.mark.parametrize("options, message", [
-    ({}, "exactly one of 'subscribe', 'subscribePattern' or 'assign'"),
-    ({"subscribe": "a", "assign": '{"a":[0]}'}, "got subscribe, assign"),
-    ({"subscribe": "a", "startingOffsets": "latest"}, "'latest' is not allowed for a batch query's start"),
-    ({"subscribe": "a", "endingOffsets": "earliest"}, "'earliest' is not allowed for the end"),
-    ({"subscribe": "a", "startingOffsets": "{nope"}, "not valid JSON"),
-    ({"subscribe": "a", "startingOffsets": '{"a":{"0":1}}'}, "must give every partition"),
-    ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp"),
-    ({"subscribe": "a", "startingTimestamp": "99999999999999"}, "startingOffsetsByTimestampStrategy=latest"),
-    ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "maybe"}, "'error' or 'latest'"),
-    ({"subscribe": "a", "failOnDataLoss": "sometimes"}, "failOnDataLoss"),
-    ({"subscribe": "a", "minPartitions": "0"}, "minPartitions"),
-    ({"subscribePattern": "(", }, "not a valid regex"),
-    ({"assign": '{"a": "0"}'}, "assign"),
-    ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
-    ({"subscribe": "a", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "2"}, "is higher than"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({}, "exactly one of 'subscribe', 'subscribePattern' or 'assign'"),
+        ({"subscribe": "a", "assign": '{"a":[0]}'}, "got subscribe, assign"),
+        ({"subscribe": "a", "startingOffsets": "latest"}, "'latest' is not allowed for a batch query's start"),
+        ({"subscribe": "a", "endingOffsets": "earliest"}, "'earliest' is not allowed for the end"),
+        ({"subscribe": "a", "startingOffsets": "{nope"}, "not valid JSON"),
+        ({"subscribe": "a", "startingOffsets": '{"a":{"0":1}}'}, "must give every partition"),
+        ({"subscribe": "a", "startingTimestamp": "yesterday"}, "startingTimestamp"),
+        ({"subscribe": "a", "startingTimestamp": "99999999999999"}, "startingOffsetsByTimestampStrategy=latest"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "maybe"}, "'error' or 'latest'"),
+        ({"subscribe": "a", "failOnDataLoss": "sometimes"}, "failOnDataLoss"),
+        ({"subscribe": "a", "minPartitions": "0"}, "minPartitions"),
+        (
+            {
+                "subscribePattern": "(",
+            },
+            "not a valid regex",
+        ),
+        ({"assign": '{"a": "0"}'}, "assign"),
+        ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
+        ({"subscribe": "a", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "2"}, "is higher than"),
+    ],
+)
 def test_bad_options_get_clear_errors(spark_session, tmp_path, options, message):
     root = str(tmp_path / "logs")
     build_root(root)
@@ -208,6 +234,10 @@ def test_bad_options_get_clear_errors(spark_session, tmp_path, options, message)
 def test_latest_strategy_starts_at_the_end(spark_session, tmp_path):
     root = str(tmp_path / "logs")
     build_root(root)
-    df = spark_session.read.format("kafkalog").option("subscribe", "a") \
-        .option("startingTimestamp", "99999999999999").option("startingOffsetsByTimestampStrategy", "latest")
+    df = (
+        spark_session.read.format("kafkalog")
+        .option("subscribe", "a")
+        .option("startingTimestamp", "99999999999999")
+        .option("startingOffsetsByTimestampStrategy", "latest")
+    )
     assert df.load(root).count() == 0

@@ -30,21 +30,35 @@ def read_output(spark, path):
 
 def test_reader_restarted_ten_times_beside_a_writer_sees_every_record_once(spark_session, tmp_path):
     root, out = str(tmp_path / "logs"), str(tmp_path / "out")
-    writer = (spark_session.readStream.format("rate").option("rowsPerSecond", 400).load()
-              .selectExpr("CAST(value % 11 AS STRING) AS key", "CAST(value AS STRING) AS value")
-              .writeStream.format("kafkalog").option("topic", "live").option("partitions", "2")
-              .option("segment.bytes", "20000")
-              .option("checkpointLocation", str(tmp_path / "wckpt")).trigger(processingTime="300 milliseconds")
-              .start(root))
+    writer = (
+        spark_session.readStream.format("rate")
+        .option("rowsPerSecond", 400)
+        .load()
+        .selectExpr("CAST(value % 11 AS STRING) AS key", "CAST(value AS STRING) AS value")
+        .writeStream.format("kafkalog")
+        .option("topic", "live")
+        .option("partitions", "2")
+        .option("segment.bytes", "20000")
+        .option("checkpointLocation", str(tmp_path / "wckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start(root)
+    )
     try:
         while not os.path.exists(os.path.join(root, "live.kafkalog-topic.json")):
             time.sleep(0.2)
 
         def reader(**trigger):
-            return (spark_session.readStream.format("kafkalog").option("subscribe", "live")
-                    .option("startingOffsets", "earliest").load(root).select("partition", "offset", "value")
-                    .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "rckpt"))
-                    .trigger(**trigger).start(out))
+            return (
+                spark_session.readStream.format("kafkalog")
+                .option("subscribe", "live")
+                .option("startingOffsets", "earliest")
+                .load(root)
+                .select("partition", "offset", "value")
+                .writeStream.format("parquet")
+                .option("checkpointLocation", str(tmp_path / "rckpt"))
+                .trigger(**trigger)
+                .start(out)
+            )
 
         for _ in range(10):
             q = reader(processingTime="200 milliseconds")
@@ -66,13 +80,27 @@ def test_reader_restarted_ten_times_beside_a_writer_sees_every_record_once(spark
 
 def test_max_offsets_per_trigger_is_split_by_lag_and_available_now_finishes(spark_session, tmp_path):
     root, out = str(tmp_path / "logs"), str(tmp_path / "out")
-    (spark_session.range(0, 900, numPartitions=1).selectExpr("CAST(id AS STRING) AS value",
-                                                              "CAST(CASE WHEN id < 600 THEN 0 ELSE 1 END AS INT) AS partition")
-     .write.format("kafkalog").option("topic", "t").option("partitions", "2").mode("append").save(root))
-    q = (spark_session.readStream.format("kafkalog").option("subscribe", "t").option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", "300").load(root).select("partition", "offset")
-         .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start(out))
+    (
+        spark_session.range(0, 900, numPartitions=1)
+        .selectExpr("CAST(id AS STRING) AS value", "CAST(CASE WHEN id < 600 THEN 0 ELSE 1 END AS INT) AS partition")
+        .write.format("kafkalog")
+        .option("topic", "t")
+        .option("partitions", "2")
+        .mode("append")
+        .save(root)
+    )
+    q = (
+        spark_session.readStream.format("kafkalog")
+        .option("subscribe", "t")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "300")
+        .load(root)
+        .select("partition", "offset")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start(out)
+    )
     q.awaitTermination(120)
     batches = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
     assert batches == [300, 300, 300]  # lag 600:300 -> 200 + 100 per trigger
@@ -82,21 +110,29 @@ def test_max_offsets_per_trigger_is_split_by_lag_and_available_now_finishes(spar
 def test_a_new_topic_matching_the_pattern_is_read_from_earliest(spark_session, tmp_path):
     root, out = str(tmp_path / "logs"), str(tmp_path / "out")
     lm = LogManager(root)
-    spark_session.createDataFrame([("x",)], "value string").write.format("kafkalog") \
-        .option("topic", "ev-1").mode("append").save(root)
+    spark_session.createDataFrame([("x",)], "value string").write.format("kafkalog").option("topic", "ev-1").mode(
+        "append"
+    ).save(root)
 
     def run():
-        q = (spark_session.readStream.format("kafkalog").option("subscribePattern", "ev-.*")
-             .option("startingOffsets", "earliest").load(root).select("topic", "partition", "offset")
-             .writeStream.format("parquet").option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start(out))
+        q = (
+            spark_session.readStream.format("kafkalog")
+            .option("subscribePattern", "ev-.*")
+            .option("startingOffsets", "earliest")
+            .load(root)
+            .select("topic", "partition", "offset")
+            .writeStream.format("parquet")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start(out)
+        )
         q.awaitTermination(120)
 
     run()
-    spark_session.createDataFrame([("y",), ("z",)], "value string").write.format("kafkalog") \
-        .option("topic", "ev-2").mode("append").save(root)
+    spark_session.createDataFrame([("y",), ("z",)], "value string").write.format("kafkalog").option(
+        "topic", "ev-2"
+    ).mode("append").save(root)
     run()
     rows = spark_session.read.parquet(out).collect()
-    assert sorted((r.topic, r.offset) for r in rows) == \
-        [("ev-1", 0), ("ev-2", 0), ("ev-2", 1)]
+    assert sorted((r.topic, r.offset) for r in rows) == [("ev-1", 0), ("ev-2", 0), ("ev-2", 1)]
     assert lm.topics() == ["ev-1", "ev-2"]

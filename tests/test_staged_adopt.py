@@ -21,9 +21,13 @@ CONFIG = {"segment.bytes": "4000", "index.interval.bytes": "300"}
 
 
 def rows(lo, hi, ts0=1_700_000_000_000):
-    return pa.table({"key": pa.array([b"k"] * (hi - lo), pa.binary()),
-                     "value": [f"value-{i:06d}".encode() * 3 for i in range(lo, hi)],
-                     "timestamp": pa.array([ts0 + (i * 37) % 1000 for i in range(lo, hi)], pa.timestamp("ms"))})
+    return pa.table(
+        {
+            "key": pa.array([b"k"] * (hi - lo), pa.binary()),
+            "value": [f"value-{i:06d}".encode() * 3 for i in range(lo, hi)],
+            "timestamp": pa.array([ts0 + (i * 37) % 1000 for i in range(lo, hi)], pa.timestamp("ms")),
+        }
+    )
 
 
 def stage(lm, rows_, task=0, writer=5):

@@ -89,8 +89,13 @@ def test_crash_after_all_bytes_before_marking_counts_as_committed(root):
 def _writer(root, writer_id, batches, q):
     lm = LogManager(root)
     for b in range(batches):
-        f = stage(lm, writer_id, table(b * 20, b * 20 + 20, keyed=False).append_column(
-            "tag", pa.array([writer_id] * 20)).select(["key", "value"]))
+        f = stage(
+            lm,
+            writer_id,
+            table(b * 20, b * 20 + 20, keyed=False)
+            .append_column("tag", pa.array([writer_id] * 20))
+            .select(["key", "value"]),
+        )
         commit_staged(lm, writer_id, b, [f])
     q.put(writer_id)
 
@@ -105,13 +110,17 @@ def test_two_writers_on_one_partition_serialize_whole_batches(root):
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
-    data = b"".join(open(os.path.join(root, "t-0", f), "rb").read()
-                    for f in sorted(os.listdir(os.path.join(root, "t-0"))) if f.endswith(".log"))
+    data = b"".join(
+        open(os.path.join(root, "t-0", f), "rb").read()
+        for f in sorted(os.listdir(os.path.join(root, "t-0")))
+        if f.endswith(".log")
+    )
     batches = kp_parse(data)
     offsets = [r[0] for b in batches for r in b["records"]]
     assert offsets == list(range(600))  # dense, monotonic, nothing lost
     # each commit's records are contiguous: values of one 20-row batch never interleave with the other writer's
     import struct
+
     owners = [struct.unpack_from(">q", data, b["position"] + 43)[0] for b in batches]  # producerId per batch
     runs = [owners[0]] + [o for a, o in zip(owners, owners[1:]) if o != a]
     assert set(owners) == {1, 2} and len(runs) <= 30
@@ -161,8 +170,14 @@ def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark
     commit_staged(lm, 7, 1, [staged])
     names = [os.path.basename(p) for p in synced]
     d = os.path.join(root, "t-0")
-    kinds = ["state" if n.startswith("kafkalog-producer-state.json") else n.split(".", 1)[-1] if "." in n
-             else ("partition dir" if os.path.join(root, n) == d else "dir") for n in names]
+    kinds = [
+        "state"
+        if n.startswith("kafkalog-producer-state.json")
+        else n.split(".", 1)[-1]
+        if "." in n
+        else ("partition dir" if os.path.join(root, n) == d else "dir")
+        for n in names
+    ]
     assert kinds[:2] == ["state", "partition dir"], kinds  # the pending mark, durable first
     rest = kinds[2:]  # then each file that changed, once: the .log, and the indexes that got entries
     assert "log" in rest and len(rest) == len(set(rest)) and set(rest) <= {"log", "index", "timeindex"}, kinds
@@ -173,6 +188,7 @@ def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark
 def _edit_state(lm, tp, edit):
     from storage.producer_state import STATE_FILE
     import json
+
     path = os.path.join(lm.partition_dir(tp), STATE_FILE)
     doc = json.load(open(path))
     edit(doc["writers"])
@@ -191,15 +207,23 @@ def _three_commits(root):
     return lm, TopicPartition("t", 0)
 
 
-@pytest.mark.parametrize("damage, says", [
-    # a pending commit pointing back into the writer's own committed records
-    (lambda w: w["7"].update(pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}), "before its last"),
-    # the same with the writer's committed end lost as well: another writer's batches are in the cut
-    (lambda w: w["7"].update(committed_next_offset=-1,
-                             pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}), "other writers"),
-])
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        # a pending commit pointing back into the writer's own committed records
+        (lambda w: w["7"].update(pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}), "before its last"),
+        # the same with the writer's committed end lost as well: another writer's batches are in the cut
+        (
+            lambda w: w["7"].update(
+                committed_next_offset=-1, pending={"batch_id": 2, "first_offset": 0, "next_offset": 1000}
+            ),
+            "other writers",
+        ),
+    ],
+)
 def test_a_damaged_pending_mark_cannot_cut_committed_records(root, damage, says):
     from storage.errors import KafkaStorageError
+
     lm, tp = _three_commits(root)
     path = _edit_state(lm, tp, damage)
     with pytest.raises(KafkaStorageError, match=says) as e:
@@ -209,13 +233,17 @@ def test_a_damaged_pending_mark_cannot_cut_committed_records(root, damage, says)
     assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(30)]  # kafka-python's view
 
 
-@pytest.mark.parametrize("pending", [
-    {"batch_id": 2, "first_offset": "30", "next_offset": 40},
-    {"batch_id": 2, "first_offset": 40, "next_offset": 30},
-    {"batch_id": True, "first_offset": 30, "next_offset": 40},
-])
+@pytest.mark.parametrize(
+    "pending",
+    [
+        {"batch_id": 2, "first_offset": "30", "next_offset": 40},
+        {"batch_id": 2, "first_offset": 40, "next_offset": 30},
+        {"batch_id": True, "first_offset": 30, "next_offset": 40},
+    ],
+)
 def test_a_pending_mark_of_the_wrong_shape_is_refused(root, pending):
     from storage.errors import KafkaStorageError
+
     lm, tp = _three_commits(root)
     _edit_state(lm, tp, lambda w: w["7"].update(pending=pending))
     with pytest.raises(KafkaStorageError, match="writer state file .* is not valid"):
@@ -234,7 +262,7 @@ def test_a_rollback_after_unflushed_records_were_lost_still_happens(root):
         assert log.producer_state.entry(7).committed_next_offset == 30
         data = b"".join(read_staged(lm, f.partitions[0]))
         log.producer_state.begin(7, 2, 20, 400)
-        log.append(data[:sum(b["size"] for b in kp_parse(data)[:3])])  # dies here
+        log.append(data[: sum(b["size"] for b in kp_parse(data)[:3])])  # dies here
     with lm.open_log(tp, writable=True) as log:
         assert log.log_end_offset == 20 and log.producer_state.entry(7).pending is None
     assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(20)]

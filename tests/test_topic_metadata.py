@@ -25,17 +25,20 @@ def _rewrite(lm: LogManager, topic: str, edit) -> str:
     return path
 
 
-@pytest.mark.parametrize("field, value, says", [
-    ("partitions", MAX_PARTITIONS + 1, "'partitions' must be an integer from 1"),
-    ("partitions", 10**12, "'partitions' must be an integer from 1"),
-    ("partitions", 0, "'partitions' must be an integer from 1"),
-    ("partitions", "3", "'partitions' must be an integer from 1"),
-    ("partitions", True, "'partitions' must be an integer from 1"),
-    ("config", ["retention.ms", "1"], "'config' must be an object"),
-    ("topicId", 7, "'topicId' must be a string"),
-    ("topic", "other", "it names topic 'other'"),
-    ("topic", "bad name", "'topic': a topic name may contain only"),
-])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("partitions", MAX_PARTITIONS + 1, "'partitions' must be an integer from 1"),
+        ("partitions", 10**12, "'partitions' must be an integer from 1"),
+        ("partitions", 0, "'partitions' must be an integer from 1"),
+        ("partitions", "3", "'partitions' must be an integer from 1"),
+        ("partitions", True, "'partitions' must be an integer from 1"),
+        ("config", ["retention.ms", "1"], "'config' must be an object"),
+        ("topicId", 7, "'topicId' must be a string"),
+        ("topic", "other", "it names topic 'other'"),
+        ("topic", "bad name", "'topic': a topic name may contain only"),
+    ],
+)
 def test_a_damaged_topic_file_is_refused_naming_the_file(any_root, field, value, says):
     lm = LogManager(any_root)
     lm.create_topic("events", 2)

@@ -7,11 +7,31 @@ from hypothesis import strategies as st
 
 from storage.errors import InvalidTopicError
 from storage.topic_partition import (
-    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, EXTRA_FILE_SUFFIXES, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
-    PRODUCER_SNAPSHOT_FILE_SUFFIX, SEGMENT_FILE_SUFFIXES, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
-    TXN_INDEX_FILE_SUFFIX, LogDirName, SegmentFileName, TopicPartition, deleted_dir_name, future_dir_name,
-    offset_to_file_prefix, parse_log_dir_name, parse_partition_dir, parse_segment_file, partition_dir_name,
-    segment_file_name, stray_dir_name, topic_name_problem, unify_collision_chars, validate_topic_name,
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    EXTRA_FILE_SUFFIXES,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
+    LogDirName,
+    SegmentFileName,
+    TopicPartition,
+    deleted_dir_name,
+    future_dir_name,
+    offset_to_file_prefix,
+    parse_log_dir_name,
+    parse_partition_dir,
+    parse_segment_file,
+    partition_dir_name,
+    segment_file_name,
+    stray_dir_name,
+    topic_name_problem,
+    unify_collision_chars,
+    validate_topic_name,
 )
 
 LEGAL_CHARS = string.ascii_letters + string.digits + "._-"
@@ -19,24 +39,41 @@ topic_names = st.text(alphabet=LEGAL_CHARS, min_size=1, max_size=249).filter(lam
 
 
 def test_constants_are_kafkas_suffixes():
-    assert (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX,
-            PRODUCER_SNAPSHOT_FILE_SUFFIX) == (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+    assert (
+        LOG_FILE_SUFFIX,
+        INDEX_FILE_SUFFIX,
+        TIME_INDEX_FILE_SUFFIX,
+        TXN_INDEX_FILE_SUFFIX,
+        PRODUCER_SNAPSHOT_FILE_SUFFIX,
+    ) == (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
     assert (DELETED_FILE_SUFFIX, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX) == (".deleted", ".cleaned", ".swap")
 
 
-@pytest.mark.parametrize("name", ["a", "events", "my-topic", "my_topic.v2", "__consumer_offsets", "...", "-", "x" * 249,
-                                  "0", "a..b"])
+@pytest.mark.parametrize(
+    "name", ["a", "events", "my-topic", "my_topic.v2", "__consumer_offsets", "...", "-", "x" * 249, "0", "a..b"]
+)
 def test_legal_topic_names(name):
     assert validate_topic_name(name) == name
     assert topic_name_problem(name) is None
 
 
-@pytest.mark.parametrize("name,rule", [
-    ("", "empty"), (".", '"." or ".."'), ("..", '"." or ".."'), ("x" * 250, "249"),
-    ("a b", "ASCII alphanumerics"), ("a/b", "ASCII alphanumerics"), ("ä", "ASCII alphanumerics"),
-    ("tab\t", "ASCII alphanumerics"), ("a:b", "ASCII alphanumerics"), ("ｆｕｌｌ", "ASCII alphanumerics"),
-    (None, "string"), (3, "string"),
-])
+@pytest.mark.parametrize(
+    "name,rule",
+    [
+        ("", "empty"),
+        (".", '"." or ".."'),
+        ("..", '"." or ".."'),
+        ("x" * 250, "249"),
+        ("a b", "ASCII alphanumerics"),
+        ("a/b", "ASCII alphanumerics"),
+        ("ä", "ASCII alphanumerics"),
+        ("tab\t", "ASCII alphanumerics"),
+        ("a:b", "ASCII alphanumerics"),
+        ("ｆｕｌｌ", "ASCII alphanumerics"),
+        (None, "string"),
+        (3, "string"),
+    ],
+)
 def test_illegal_topic_names_name_the_rule(name, rule):
     with pytest.raises(InvalidTopicError) as ei:
         validate_topic_name(name)
@@ -105,11 +142,30 @@ def test_parse_kafka_named_dirs():
     assert parse_log_dir_name("__consumer_offsets-49") == (TopicPartition("__consumer_offsets", 49), "live")
 
 
-@pytest.mark.parametrize("name", [
-    "cleaner-offset-checkpoint", "recovery-point-offset-checkpoint", "meta.properties", ".lock", "topic",
-    "topic-", "-3", "topic-x", "topic--", "t-3-delete", "t-3.-delete", "t-x.abc-delete", ".-3", "..-3",
-    "a b-3", "t-99999999999", "t-+3", "t-3.abc-deleted", "x" * 250 + "-1",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cleaner-offset-checkpoint",
+        "recovery-point-offset-checkpoint",
+        "meta.properties",
+        ".lock",
+        "topic",
+        "topic-",
+        "-3",
+        "topic-x",
+        "topic--",
+        "t-3-delete",
+        "t-3.-delete",
+        "t-x.abc-delete",
+        ".-3",
+        "..-3",
+        "a b-3",
+        "t-99999999999",
+        "t-+3",
+        "t-3.abc-deleted",
+        "x" * 250 + "-1",
+    ],
+)
 def test_non_partition_dirs_are_none(name):
     assert parse_log_dir_name(name) is None
     assert parse_partition_dir(name) is None
@@ -133,12 +189,25 @@ def test_parse_segment_file_examples():
     assert parse_segment_file("09223372036854775807.txnindex") == (2**63 - 1, ".txnindex", "")
 
 
-@pytest.mark.parametrize("name", [
-    "0.log", "0000000000000000000.log", "000000000000000000000.log", "00000000000000000000.lo",
-    "00000000000000000000.log.tmp", "00000000000000000000.log.swap.deleted", "00000000000000000000.deleted",
-    "99999999999999999999.log", "0000000000000000000a.log", "00000000000000000000", "partition.metadata",
-    "leader-epoch-checkpoint", "00000000000000000000.log ", "-0000000000000000001.log",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "0.log",
+        "0000000000000000000.log",
+        "000000000000000000000.log",
+        "00000000000000000000.lo",
+        "00000000000000000000.log.tmp",
+        "00000000000000000000.log.swap.deleted",
+        "00000000000000000000.deleted",
+        "99999999999999999999.log",
+        "0000000000000000000a.log",
+        "00000000000000000000",
+        "partition.metadata",
+        "leader-epoch-checkpoint",
+        "00000000000000000000.log ",
+        "-0000000000000000001.log",
+    ],
+)
 def test_parse_segment_file_rejects(name):
     assert parse_segment_file(name) is None
 

@@ -19,8 +19,19 @@ from ..jit import njit
 import numpy as np
 
 from ..records._record_kernels import (
-    E_KEY_LENGTH, E_OFFSET_DELTA, E_RECORD_LENGTH, E_RECORD_SIZE, E_TRAILING, E_TRUNCATED, E_VALUE_LENGTH,
-    E_VARINT, MIN_RECORD_BYTES, copy_bytes, read_varint, varint_size, write_varint,
+    E_KEY_LENGTH,
+    E_OFFSET_DELTA,
+    E_RECORD_LENGTH,
+    E_RECORD_SIZE,
+    E_TRAILING,
+    E_TRUNCATED,
+    E_VALUE_LENGTH,
+    E_VARINT,
+    MIN_RECORD_BYTES,
+    copy_bytes,
+    read_varint,
+    varint_size,
+    write_varint,
 )
 
 _U = np.uint64
@@ -281,8 +292,22 @@ def _frame(src, p, end, last_delta, prev_delta):
 
 
 @njit(nogil=True)
-def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset, base,
-                tags, offs, n, size, max_size):  # pragma: no cover - jitted
+def map_batches(
+    src,
+    area_start,
+    area_end,
+    counts,
+    last_deltas,
+    base_offsets,
+    mappable,
+    min_offset,
+    base,
+    tags,
+    offs,
+    n,
+    size,
+    max_size,
+):  # pragma: no cover - jitted
     """Pass 1: put every keyed record with offset >= min_offset of the mappable batches into the table.
 
     Returns (batches done, size, records read, err, err_pos, err_batch). err NEED_ROOM: batch
@@ -320,8 +345,9 @@ def map_batches(src, area_start, area_end, counts, last_deltas, base_offsets, ma
 
 
 @njit(nogil=True)
-def hll_batches(src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset,
-                regs):  # pragma: no cover - jitted
+def hll_batches(
+    src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset, regs
+):  # pragma: no cover - jitted
     """Count into HyperLogLog registers the keys map_batches would put (same records, same hash).
     Returns (records read, err, err_pos, err_batch); err is a record framing error code or 0."""
     reads = 0
@@ -363,8 +389,26 @@ REWRITE_STAMPED = 3  # kept records re-framed against a new delete horizon (KIP-
 
 
 @njit(nogil=True)
-def filter_batches(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, has_horizon, horizon,
-                   may_stamp, tags, offs, n, map_base, map_end, now, new_horizon, out):  # pragma: no cover - jitted
+def filter_batches(
+    src,
+    area_start,
+    area_end,
+    counts,
+    last_deltas,
+    base_offsets,
+    base_ts,
+    has_horizon,
+    horizon,
+    may_stamp,
+    tags,
+    offs,
+    n,
+    map_base,
+    map_end,
+    now,
+    new_horizon,
+    out,
+):  # pragma: no cover - jitted
     """Pass 2: decide every record and write the records of rewritten batches into `out`.
 
     A record at offset >= map_end is kept (the map does not cover it). Below it: a keyless record is

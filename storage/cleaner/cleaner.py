@@ -37,8 +37,13 @@ from ..log import Log
 from ..local_filesystem import LocalFileSystem
 from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment
-from .offset_map import (DEFAULT_DEDUPE_BUFFER_SIZE, DEFAULT_LOAD_FACTOR, MAX_RELATIVE_OFFSET, KeyCounter,
-                         SkimpyOffsetMap)
+from .offset_map import (
+    DEFAULT_DEDUPE_BUFFER_SIZE,
+    DEFAULT_LOAD_FACTOR,
+    MAX_RELATIVE_OFFSET,
+    KeyCounter,
+    SkimpyOffsetMap,
+)
 from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
 from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
@@ -63,19 +68,23 @@ class CleanerConfig:
     merge_min_age_ms: int = 60_000
     lease_ttl_ms: int = 600_000
 
-    KAFKA_NAMES = {"log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
-                   "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
-                   "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
-                   "kafkalog.segment.merge.min.age.ms": "merge_min_age_ms",
-                   "kafkalog.maintenance.lease.ttl.ms": "lease_ttl_ms"}
+    KAFKA_NAMES = {
+        "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
+        "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
+        "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
+        "kafkalog.segment.merge.min.age.ms": "merge_min_age_ms",
+        "kafkalog.maintenance.lease.ttl.ms": "lease_ttl_ms",
+    }
 
     def __post_init__(self):
         if not 0 < self.io_buffer_load_factor <= 1:
             raise InvalidConfigError(
-                f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {self.io_buffer_load_factor}")
+                f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {self.io_buffer_load_factor}"
+            )
         if not self.io_max_bytes_per_second > 0:
             raise InvalidConfigError(
-                f"log.cleaner.io.max.bytes.per.second must be positive, got {self.io_max_bytes_per_second}")
+                f"log.cleaner.io.max.bytes.per.second must be positive, got {self.io_max_bytes_per_second}"
+            )
         if self.lock_timeout_ms < 0:
             raise InvalidConfigError(f"lock timeout must be >= 0 ms, got {self.lock_timeout_ms}")
         if self.merge_min_age_ms < 0:
@@ -93,8 +102,9 @@ class CleanerConfig:
                 raise InvalidConfigError(f"unknown cleaner setting {name!r}; known: {', '.join(cls.KAFKA_NAMES)}")
             attr = cls.KAFKA_NAMES[name]
             try:
-                kwargs[attr] = int(value) if attr in ("dedupe_buffer_size", "merge_min_age_ms", "lease_ttl_ms") \
-                    else float(value)
+                kwargs[attr] = (
+                    int(value) if attr in ("dedupe_buffer_size", "merge_min_age_ms", "lease_ttl_ms") else float(value)
+                )
             except (TypeError, ValueError):
                 raise InvalidConfigError(f"{name}: {value!r} is not a number") from None
         return cls(**kwargs)
@@ -160,8 +170,9 @@ def _scratch_dir(log: Log):
         yield LocalFileSystem(), tmp
 
 
-def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int,
-                           first_uncleanable_offset: int) -> list[list[LogSegment]]:
+def group_segments_by_size(
+    segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable_offset: int
+) -> list[list[LogSegment]]:
     """Kafka's groupSegmentsBySize: runs of adjacent segments whose total log, offset index and time
     index bytes fit the limits and whose offsets fit an int32 relative to the run's base offset."""
     groups = []
@@ -177,8 +188,12 @@ def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_
             last = segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
             s_idx = s.offset_index.entries * s.offset_index.entry_size
             s_tidx = s.time_index.entries * s.time_index.entry_size
-            if not (size + s.size <= max_size and idx + s_idx <= max_index_size and tidx + s_tidx <= max_index_size
-                    and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)):
+            if not (
+                size + s.size <= max_size
+                and idx + s_idx <= max_index_size
+                and tidx + s_tidx <= max_index_size
+                and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)
+            ):
                 break
             group.append(s)
             size, idx, tidx = size + s.size, idx + s_idx, tidx + s_tidx
@@ -209,32 +224,43 @@ class Cleaner:
         self.check = None  # immutable segments: re-checks the maintenance lease before each swap's commit point
         self._scratch = None  # immutable segments: a local temp dir for the outputs being written
 
-    def clean(self, log: Log, first_dirty_offset: int, first_uncleanable_offset: int, *,
-              now_ms: int | None = None) -> CleanResult:
+    def clean(
+        self, log: Log, first_dirty_offset: int, first_uncleanable_offset: int, *, now_ms: int | None = None
+    ) -> CleanResult:
         """Compact [log start, mapped end) of `log` (a reader's Log is fine: the partition lock is taken
         around each swap; a writable Log already holds it). Raises on failure; earlier groups may have
         been swapped in by then, which leaves a valid log."""
         t0 = time.monotonic()
         now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-        res = CleanResult(log.tp.topic, log.tp.partition, first_dirty_offset, first_uncleanable_offset,
-                          segments_before=len(log.segments), bytes_before=log.size)
+        res = CleanResult(
+            log.tp.topic,
+            log.tp.partition,
+            first_dirty_offset,
+            first_uncleanable_offset,
+            segments_before=len(log.segments),
+            bytes_before=log.size,
+        )
         self._check_no_swap(log)
-        candidates = [s for s in log.segments if s.base_offset < first_uncleanable_offset
-                      and s is not log.active_segment]
+        candidates = [
+            s for s in log.segments if s.base_offset < first_uncleanable_offset and s is not log.active_segment
+        ]
         try:
             mtimes = {id(s): log.fs.modified_ms(s.log_path) for s in candidates}
         except FileNotFoundError as e:  # retention or another job moved a segment since the log was opened
-            raise CleaningAbortedError(f"{log.tp}: a segment changed while the cleaning began ({e}); giving up "
-                                       f"this round") from None
-        omap = SkimpyOffsetMap(self.config.dedupe_buffer_size, self.config.io_buffer_load_factor,
-                               base_offset=first_dirty_offset)
+            raise CleaningAbortedError(
+                f"{log.tp}: a segment changed while the cleaning began ({e}); giving up this round"
+            ) from None
+        omap = SkimpyOffsetMap(
+            self.config.dedupe_buffer_size, self.config.io_buffer_load_factor, base_offset=first_dirty_offset
+        )
         end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
         rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
         with self._output_lock(log), _scratch_dir(log) as self._scratch:
-            for group in group_segments_by_size(sources, log.config.segment_bytes, log.config.segment_index_bytes,
-                                                first_uncleanable_offset):
+            for group in group_segments_by_size(
+                sources, log.config.segment_bytes, log.config.segment_index_bytes, first_uncleanable_offset
+            ):
                 self._clean_group(rnd, group)
         res.end_offset = end
         res.segments_after, res.bytes_after = len(log.segments), log.size
@@ -273,9 +299,16 @@ class Cleaner:
                         h = chunk.scan.headers
                         src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
                         _, err, _, eb = K.hll_batches(
-                            src, a0, a1, h["record_count"][fits].astype(np.int64),
-                            h["last_offset_delta"][fits].astype(np.int64), h["base_offset"][fits].astype(np.int64),
-                            mappable, np.int64(start), counter.registers)
+                            src,
+                            a0,
+                            a1,
+                            h["record_count"][fits].astype(np.int64),
+                            h["last_offset_delta"][fits].astype(np.int64),
+                            h["base_offset"][fits].astype(np.int64),
+                            mappable,
+                            np.int64(start),
+                            counter.registers,
+                        )
                         if err:
                             raise framing_error(chunk, int(fits[eb]), err)
                     if fits.size < idx.size or counter.estimate() > omap.capacity:
@@ -310,8 +343,15 @@ class Cleaner:
             if fits.size:
                 src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
                 done, _, err, _, eb = omap.put_batches(
-                    src, a0, a1, scan.headers["record_count"][fits].astype(np.int64),
-                    scan.headers["last_offset_delta"][fits].astype(np.int64), bases[fits], mappable, start)
+                    src,
+                    a0,
+                    a1,
+                    scan.headers["record_count"][fits].astype(np.int64),
+                    scan.headers["last_offset_delta"][fits].astype(np.int64),
+                    bases[fits],
+                    mappable,
+                    start,
+                )
                 if done:
                     omap.update_latest_offset(int(lasts[fits[done - 1]]))
                 if err and err != K.NEED_ROOM:
@@ -323,7 +363,8 @@ class Cleaner:
                     raise KafkaStorageError(
                         f"{log.tp}: log.cleaner.dedupe.buffer.size ({self.config.dedupe_buffer_size} bytes, "
                         f"{omap.capacity} keys) cannot hold the keys of the batch at offset "
-                        f"{int(bases[idx[fits.size]])}; raise it to clean this log")
+                        f"{int(bases[idx[fits.size]])}; raise it to clean this log"
+                    )
                 return True
         return False
 
@@ -353,8 +394,9 @@ class Cleaner:
 
     def _new_output(self, log: Log, base: int) -> LogSegment:
         if self._scratch is not None:  # object store: built on local disk, then published whole
-            return LogSegment.create(self._scratch[0], self._scratch[1], base, file_suffix=CLEANED_FILE_SUFFIX,
-                                     **log.segment_kwargs())
+            return LogSegment.create(
+                self._scratch[0], self._scratch[1], base, file_suffix=CLEANED_FILE_SUFFIX, **log.segment_kwargs()
+            )
         return LogSegment.create(log.fs, log.dir, base, file_suffix=CLEANED_FILE_SUFFIX, **log.segment_kwargs())
 
     def _clean_source(self, rnd: _Round, seg: LogSegment, out: LogSegment, *, may_overflow) -> _SourceStats | None:
@@ -384,11 +426,18 @@ class Cleaner:
         cfg = log.config
         if out.size + scan.end > cfg.segment_bytes or int(scan.last_offsets[-1]) - out.base_offset > INT32_MAX:
             return True
-        plan = plan_index_entries(scan.positions + out.size, scan.sizes, scan.last_offsets,
-                                  scan.headers["max_timestamp"].astype(np.int64), cfg.index_interval_bytes,
-                                  out._load_index_state())
-        return (out.offset_index.entries + len(plan.offset_entries[0]) > out.offset_index.max_entries
-                or out.time_index.entries + len(plan.time_entries[0]) > out.time_index.max_entries - 1)
+        plan = plan_index_entries(
+            scan.positions + out.size,
+            scan.sizes,
+            scan.last_offsets,
+            scan.headers["max_timestamp"].astype(np.int64),
+            cfg.index_interval_bytes,
+            out._load_index_state(),
+        )
+        return (
+            out.offset_index.entries + len(plan.offset_entries[0]) > out.offset_index.max_entries
+            or out.time_index.entries + len(plan.time_entries[0]) > out.time_index.max_entries - 1
+        )
 
     def _filter_chunk(self, rnd: _Round, chunk, st: _SourceStats):
         """The chunk's batches as they survive: (bytes, scan)."""
@@ -402,11 +451,19 @@ class Cleaner:
             counts = h["record_count"][data].astype(np.int64)
             st.records_read += int(counts.sum())
             sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, np.ones(data.size, bool))
-            grown = [i for i, j in enumerate(data.tolist()) if sts[i] == K.REWRITE_STAMPED
-                     and len(heads[j]) + memoryview(areas[j]).nbytes > max(rnd.log.max_batch_size, int(scan.sizes[j]))]
+            grown = [
+                i
+                for i, j in enumerate(data.tolist())
+                if sts[i] == K.REWRITE_STAMPED
+                and len(heads[j]) + memoryview(areas[j]).nbytes > max(rnd.log.max_batch_size, int(scan.sizes[j]))
+            ]
             if grown:  # stamping would pass max.message.bytes, which readers enforce: leave those unstamped
-                logger.warning("%s: batch at offset %s would exceed max.message.bytes with its delete horizon; its "
-                            "tombstones stay until it shrinks", rnd.log.tp, int(h["base_offset"][data[grown[0]]]))
+                logger.warning(
+                    "%s: batch at offset %s would exceed max.message.bytes with its delete horizon; its "
+                    "tombstones stay until it shrinks",
+                    rnd.log.tp,
+                    int(h["base_offset"][data[grown[0]]]),
+                )
                 again = np.ones(data.size, bool)
                 again[grown] = False
                 sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, again)
@@ -422,7 +479,7 @@ class Cleaner:
         for i in np.flatnonzero(status != K.DROP).tolist():  # per batch
             if status[i] == K.VERBATIM:
                 p = int(scan.positions[i])
-                pieces.append(view[p:p + int(scan.sizes[i])])
+                pieces.append(view[p : p + int(scan.sizes[i])])
             else:
                 pieces.append(heads[i])
                 pieces.append(areas[i])
@@ -438,16 +495,33 @@ class Cleaner:
         out = np.empty(int((a1 - a0).sum() + K.MAX_REFRAME_GROWTH * counts.sum()), np.uint8)
         tags, offs, slots = rnd.omap.tables
         sts, o0, o1, kept, mts, nbase, stats, err, _, eb = K.filter_batches(
-            src, a0, a1, counts, h["last_offset_delta"][data].astype(np.int64), h["base_offset"][data].astype(np.int64),
-            base_ts, has_h, base_ts, may_stamp, tags, offs, slots, np.int64(rnd.omap.base_offset), np.int64(rnd.end),
-            np.int64(rnd.now), np.int64(rnd.horizon), out)
+            src,
+            a0,
+            a1,
+            counts,
+            h["last_offset_delta"][data].astype(np.int64),
+            h["base_offset"][data].astype(np.int64),
+            base_ts,
+            has_h,
+            base_ts,
+            may_stamp,
+            tags,
+            offs,
+            slots,
+            np.int64(rnd.omap.base_offset),
+            np.int64(rnd.end),
+            np.int64(rnd.now),
+            np.int64(rnd.horizon),
+            out,
+        )
         if err:
             raise framing_error(chunk, int(data[eb]), err)
         rew = np.flatnonzero(sts >= K.REWRITE)
         heads, areas = {}, {}
         if rew.size:
-            heads, areas = rewritten_batches(h[data[rew]], data[rew], sts[rew], o0[rew], o1[rew], kept[rew],
-                                           mts[rew], nbase[rew], out)
+            heads, areas = rewritten_batches(
+                h[data[rew]], data[rew], sts[rew], o0[rew], o1[rew], kept[rew], mts[rew], nbase[rew], out
+            )
         return sts, heads, areas, stats
 
     def _validate(self, chunk, res: CleanResult) -> None:
@@ -509,8 +583,9 @@ class Cleaner:
         try:
             held.enter_context(cleaner_output_lock(log.fs, log.dir, timeout=0))
         except LogLockedError:
-            raise CleaningAbortedError(f"{log.tp}: another cleaner is compacting this partition now; giving up "
-                                       f"this round") from None
+            raise CleaningAbortedError(
+                f"{log.tp}: another cleaner is compacting this partition now; giving up this round"
+            ) from None
         with held:
             yield
 
@@ -523,8 +598,10 @@ class Cleaner:
         for f in log.fs.listdir(log.dir):
             parsed = parse_segment_file(f.name)
             if parsed is not None and parsed.extra == SWAP_FILE_SUFFIX:
-                raise CleaningAbortedError(f"{log.tp}: {log.fs.url(log.fs.join(log.dir, f.name))} is left from an "
-                                           f"interrupted swap; opening the log for writing completes it")
+                raise CleaningAbortedError(
+                    f"{log.tp}: {log.fs.url(log.fs.join(log.dir, f.name))} is left from an "
+                    f"interrupted swap; opening the log for writing completes it"
+                )
 
     def _verify_unchanged(self, log: Log, sources: list[LogSegment], mtimes: dict) -> None:
         """Under the lock: no swap is pending and every source is as it was when the cleaning began."""
@@ -541,5 +618,7 @@ class Cleaner:
         except FileNotFoundError:
             same = False
         if not same:
-            raise CleaningAbortedError(f"{log.tp}: segment {log.fs.url(seg.log_path)} changed or disappeared "
-                                       f"while it was being cleaned; giving up this round")
+            raise CleaningAbortedError(
+                f"{log.tp}: segment {log.fs.url(seg.log_path)} changed or disappeared "
+                f"while it was being cleaned; giving up this round"
+            )

@@ -50,14 +50,19 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
     bad = np.flatnonzero(codecs > CompressionType.ZSTD)
     if bad.size:
         j = int(bad[0])
-        raise CorruptRecordError(f"unknown compression codec {int(codecs[j])}", source=chunk.source,
-                                 position=chunk.base_position + int(pos[j]))
+        raise CorruptRecordError(
+            f"unknown compression codec {int(codecs[j])}",
+            source=chunk.source,
+            position=chunk.base_position + int(pos[j]),
+        )
     if codecs.any():
         view = memoryview(arr)
         comp = np.flatnonzero(codecs).tolist()
-        work = [(CompressionType(int(codecs[j])), view[int(start[j]):int(end[j])], chunk.base_position + int(pos[j]))
-                for j in comp]
-        pieces = [arr[int(start[j]):int(end[j])] for j in range(len(idx))]
+        work = [
+            (CompressionType(int(codecs[j])), view[int(start[j]) : int(end[j])], chunk.base_position + int(pos[j]))
+            for j in comp
+        ]
+        pieces = [arr[int(start[j]) : int(end[j])] for j in range(len(idx))]
         for j, data in zip(comp, decompress_many(work, max_bytes=max_bytes, source=chunk.source)):
             pieces[j] = np.frombuffer(data, np.uint8)
         lengths = np.array([p.size for p in pieces], np.int64)
@@ -69,14 +74,19 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
         j = int(bad[0])
         raise CorruptRecordError(
             f"recordCount {int(counts[j])} cannot fit in {int(end[j] - start[j])} bytes of records",
-            source=chunk.source, position=chunk.base_position + int(pos[j]))
+            source=chunk.source,
+            position=chunk.base_position + int(pos[j]),
+        )
     return arr, start.astype(np.int64), end.astype(np.int64)
 
 
 def framing_error(chunk, b: int, err: int) -> CorruptRecordError:
     h = chunk.scan.header(b, chunk.base_position)
-    return CorruptRecordError(f"{ERROR_MESSAGES.get(int(err), f'record error {err}')} in batch at offset "
-                              f"{h.base_offset}", source=chunk.source, position=h.position)
+    return CorruptRecordError(
+        f"{ERROR_MESSAGES.get(int(err), f'record error {err}')} in batch at offset {h.base_offset}",
+        source=chunk.source,
+        position=h.position,
+    )
 
 
 def empty_batch(header: np.ndarray) -> bytes:
@@ -96,7 +106,7 @@ def rewritten_batches(heads, which, sts, o0, o1, kept, mts, nbase, out):
     heads = heads.copy()
     attrs = heads["attributes"].astype(np.int64)
     codecs = attrs & rb.COMPRESSION_CODEC_MASK
-    raw = [memoryview(out[int(a):int(b)]) for a, b in zip(o0, o1)]
+    raw = [memoryview(out[int(a) : int(b)]) for a, b in zip(o0, o1)]
     areas = list(raw)
     for codec in np.unique(codecs[codecs != 0]).tolist():
         sel = np.flatnonzero(codecs == codec).tolist()
@@ -111,7 +121,10 @@ def rewritten_batches(heads, which, sts, o0, o1, kept, mts, nbase, out):
     heads["record_count"] = kept
     heads["batch_length"] = rb.RECORD_BATCH_OVERHEAD - rb.LOG_OVERHEAD + sizes
     rows = heads.view(np.uint8).reshape(len(heads), rb.RECORD_BATCH_OVERHEAD)
-    heads["crc"] = [_crc32c.crc32c(areas[j], _crc32c.crc32c(rows[j, _HEADER_TAIL].tobytes()))
-                    for j in range(len(heads))]  # one C call per batch
-    return ({int(b): heads[j:j + 1].tobytes() for j, b in enumerate(which.tolist())},
-            {int(b): areas[j] for j, b in enumerate(which.tolist())})
+    heads["crc"] = [
+        _crc32c.crc32c(areas[j], _crc32c.crc32c(rows[j, _HEADER_TAIL].tobytes())) for j in range(len(heads))
+    ]  # one C call per batch
+    return (
+        {int(b): heads[j : j + 1].tobytes() for j, b in enumerate(which.tolist())},
+        {int(b): areas[j] for j, b in enumerate(which.tolist())},
+    )

@@ -63,8 +63,9 @@ class LogToClean:
         return overdue or self.cleanable_ratio > self.min_cleanable_ratio
 
 
-def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int,
-                      bound: int | None = None) -> tuple[int, int, bool]:
+def cleanable_offsets(
+    log: Log, checkpoint_offset: int | None, now_ms: int, bound: int | None = None
+) -> tuple[int, int, bool]:
     """(first dirty offset, first uncleanable offset, checkpoint needs rewriting). A checkpoint below
     the log start or past the log end is reset to the log start, as Kafka does. `bound` caps the
     uncleanable offset (object stores: segment_swap.settled_bound)."""
@@ -73,8 +74,13 @@ def cleanable_offsets(log: Log, checkpoint_offset: int | None, now_ms: int,
     if checkpoint_offset is None:
         first_dirty = start
     elif checkpoint_offset < start or checkpoint_offset > log.log_end_offset:
-        logger.warning("%s: cleaner checkpoint %d is outside [%d, %d]; cleaning from the log start",
-                       log.tp, checkpoint_offset, start, log.log_end_offset)
+        logger.warning(
+            "%s: cleaner checkpoint %d is outside [%d, %d]; cleaning from the log start",
+            log.tp,
+            checkpoint_offset,
+            start,
+            log.log_end_offset,
+        )
         first_dirty, force = start, True
     else:
         first_dirty = checkpoint_offset
@@ -99,24 +105,40 @@ def max_compaction_delay(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     return until - earliest if earliest < until else 0
 
 
-def log_to_clean(log: Log, checkpoint_offset: int | None, now_ms: int,
-                 bound: int | None = None) -> tuple[LogToClean, bool]:
+def log_to_clean(
+    log: Log, checkpoint_offset: int | None, now_ms: int, bound: int | None = None
+) -> tuple[LogToClean, bool]:
     """The LogToClean of a log, and whether its checkpoint entry must be rewritten."""
     first_dirty, uncleanable, force = cleanable_offsets(log, checkpoint_offset, now_ms, bound)
     floor = log.non_active_segments_from(uncleanable)
     first_uncleanable = floor[0].base_offset if floor else log.active_segment.base_offset
     clean = sum(s.size for s in log.segments_in_range(-1, first_dirty))
     dirty = sum(s.size for s in log.segments_in_range(min(first_dirty, first_uncleanable), first_uncleanable))
-    ltc = LogToClean(log.tp, first_dirty, max(first_dirty, first_uncleanable), clean, dirty,
-                     max_compaction_delay(log, first_dirty, now_ms), log.config.min_cleanable_dirty_ratio, log)
+    ltc = LogToClean(
+        log.tp,
+        first_dirty,
+        max(first_dirty, first_uncleanable),
+        clean,
+        dirty,
+        max_compaction_delay(log, first_dirty, now_ms),
+        log.config.min_cleanable_dirty_ratio,
+        log,
+    )
     return ltc, force
 
 
 class LogCleanerManager:
     """Selection, the cleaner-offset-checkpoint under ROOT, and a run over every compacted log."""
 
-    def __init__(self, lm: LogManager, config: CleanerConfig | None = None, *, cleaner: Cleaner | None = None,
-                 merge_min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS, check=None):
+    def __init__(
+        self,
+        lm: LogManager,
+        config: CleanerConfig | None = None,
+        *,
+        cleaner: Cleaner | None = None,
+        merge_min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS,
+        check=None,
+    ):
         self.lm = lm
         self.cleaner = cleaner or Cleaner(config)
         self.cleaner.check = check  # object stores: the maintenance lease, re-checked before each swap
@@ -137,8 +159,11 @@ class LogCleanerManager:
         fs = self.lm.fs
         self.lm.forget_snapshot()
         fs.mkdirs(self.lm.root)
-        lock = (fs.lock(fs.join(self.lm.root, ROOT_LOCK_FILE), timeout=60) if fs.capabilities.locks
-                else contextlib.nullcontext())
+        lock = (
+            fs.lock(fs.join(self.lm.root, ROOT_LOCK_FILE), timeout=60)
+            if fs.capabilities.locks
+            else contextlib.nullcontext()
+        )
         with lock:
             cur = self.checkpoint.read()
             key = (tp.topic, tp.partition)
@@ -178,8 +203,9 @@ class LogCleanerManager:
                 except Exception as e:  # noqa: BLE001
                     yield tp, None, e
 
-    def cleanable_logs(self, logs: LogManager | Iterable[Log] | None = None,
-                       now_ms: int | None = None) -> list[LogToClean]:
+    def cleanable_logs(
+        self, logs: LogManager | Iterable[Log] | None = None, now_ms: int | None = None
+    ) -> list[LogToClean]:
         """Cleanable compacted logs, dirtiest first. From a LogManager (default: ours) the logs are
         opened read-only and owned by the result; a list of Logs stays the caller's."""
         now = int(time.time() * 1000) if now_ms is None else int(now_ms)
@@ -220,8 +246,14 @@ class LogCleanerManager:
             self.update_checkpoint(ltc.tp, res.end_offset)  # last: a crash before it only repeats work
         except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
             logger.warning("cleaning %s failed: %s: %s", ltc.tp, type(e).__name__, e)
-            res = CleanResult(ltc.tp.topic, ltc.tp.partition, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
-                              error=f"{type(e).__name__}: {e}", exception=e)
+            res = CleanResult(
+                ltc.tp.topic,
+                ltc.tp.partition,
+                ltc.first_dirty_offset,
+                ltc.first_uncleanable_offset,
+                error=f"{type(e).__name__}: {e}",
+                exception=e,
+            )
         finally:
             if ltc.owned:
                 ltc.log.close()
@@ -242,16 +274,23 @@ class LogCleanerManager:
         ltc.owned = True
         if not force and not ltc.is_cleanable:
             lg.close()
-            return CleanResult(tp.topic, tp.partition, ltc.first_dirty_offset, ltc.first_uncleanable_offset,
-                               end_offset=ltc.first_dirty_offset)
+            return CleanResult(
+                tp.topic,
+                tp.partition,
+                ltc.first_dirty_offset,
+                ltc.first_uncleanable_offset,
+                end_offset=ltc.first_dirty_offset,
+            )
         return self.clean(ltc, now)
 
     def run_once(self, now_ms: int | None = None) -> list[CleanResult]:
         """Clean every cleanable compacted log once, dirtiest first; one result per partition tried."""
         now = int(time.time() * 1000) if now_ms is None else int(now_ms)
         todo = self.cleanable_logs(now_ms=now)
-        results = [CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)
-                   for tp, e in self.last_errors.items()]
+        results = [
+            CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)
+            for tp, e in self.last_errors.items()
+        ]
         for ltc in todo:
             results.append(self.clean(ltc, now))
         return results

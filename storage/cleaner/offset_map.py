@@ -101,8 +101,13 @@ class KeyCounter:
 class SkimpyOffsetMap:
     """Offsets of the latest record per key hash; `latest_offset` is the last offset mapped so far."""
 
-    def __init__(self, memory: int = DEFAULT_DEDUPE_BUFFER_SIZE, load_factor: float = DEFAULT_LOAD_FACTOR, *,
-                 base_offset: int = 0):
+    def __init__(
+        self,
+        memory: int = DEFAULT_DEDUPE_BUFFER_SIZE,
+        load_factor: float = DEFAULT_LOAD_FACTOR,
+        *,
+        base_offset: int = 0,
+    ):
         if not 0 < load_factor <= 1:
             raise InvalidConfigError(f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {load_factor}")
         self.memory = int(memory)
@@ -118,7 +123,8 @@ class SkimpyOffsetMap:
         if slots < K.MIN_SLOTS:
             raise InvalidConfigError(
                 f"log.cleaner.dedupe.buffer.size {memory} is too small: the offset map needs at least "
-                f"{SLOT_BYTES * K.MIN_SLOTS} bytes ({K.MIN_SLOTS} slots of {SLOT_BYTES} bytes)")
+                f"{SLOT_BYTES * K.MIN_SLOTS} bytes ({K.MIN_SLOTS} slots of {SLOT_BYTES} bytes)"
+            )
         return slots
 
     # ------------------------------------------------------------------ state
@@ -176,8 +182,9 @@ class SkimpyOffsetMap:
         self.latest_offset = max(self.latest_offset, int(offset))
 
     # ------------------------------------------------------------------ bulk paths
-    def put_batches(self, src, area_start, area_end, counts, last_deltas, base_offsets, mappable,
-                    min_offset: int) -> tuple[int, int, int, int, int]:
+    def put_batches(
+        self, src, area_start, area_end, counts, last_deltas, base_offsets, mappable, min_offset: int
+    ) -> tuple[int, int, int, int, int]:
         """Put the keyed records (offset >= min_offset) of batches whose record areas are
         src[area_start[b]:area_end[b]]. Returns (batches done, records read, err, err_pos, err_batch):
         err 0 all done; K.NEED_ROOM the table is full before batch `done`; else a framing error code.
@@ -185,12 +192,28 @@ class SkimpyOffsetMap:
         larger within the budget first. The caller keeps every offset below base_offset + MAX_RELATIVE_OFFSET."""
         while True:
             done, size, reads, err, pos, eb = K.map_batches(
-                src, area_start, area_end, counts, last_deltas, base_offsets, mappable,
-                np.int64(min_offset), np.int64(self.base_offset), self._tags, self._offs, self.slots,
-                self.size, self.max_size)
+                src,
+                area_start,
+                area_end,
+                counts,
+                last_deltas,
+                base_offsets,
+                mappable,
+                np.int64(min_offset),
+                np.int64(self.base_offset),
+                self._tags,
+                self._offs,
+                self.slots,
+                self.size,
+                self.max_size,
+            )
             self.size = size
-            if (err == K.NEED_ROOM and self.latest_offset < self.base_offset and not mappable[:done].any()
-                    and self.slots < self.max_slots):
+            if (
+                err == K.NEED_ROOM
+                and self.latest_offset < self.base_offset
+                and not mappable[:done].any()
+                and self.slots < self.max_slots
+            ):
                 # nothing is mapped but parts of this first keyed batch: start over in a table that holds it
                 need = math.ceil((int(counts[done]) + 1) / self.load_factor) + 1
                 self._alloc(min(self.max_slots, max(2 * self.slots, need)))
@@ -210,11 +233,22 @@ class SkimpyOffsetMap:
             K.hll_keys(data, starts, lens, counter.registers)
             self.note_peak(counter.memory_bytes)
             self.reserve(counter.estimate())
-        done, self.size, st = K.put_keys(data, starts, lens, offsets, np.int64(self.base_offset),
-                                         self._tags, self._offs, self.slots, self.size, self.max_size)
+        done, self.size, st = K.put_keys(
+            data,
+            starts,
+            lens,
+            offsets,
+            np.int64(self.base_offset),
+            self._tags,
+            self._offs,
+            self.slots,
+            self.size,
+            self.max_size,
+        )
         if st:
-            raise OverflowError(f"offset map full: {self.size} keys in {self.slots} slots "
-                                f"({self.memory} bytes of dedupe buffer)")
+            raise OverflowError(
+                f"offset map full: {self.size} keys in {self.slots} slots ({self.memory} bytes of dedupe buffer)"
+            )
         if len(offsets):
             self.update_latest_offset(int(offsets.max()))
 

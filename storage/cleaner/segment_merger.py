@@ -24,10 +24,20 @@ from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment
 from ..records.record_batch import scan_batches, validate_batches
 from ..segment_swap import (
-    SwapAbortedError, list_names, publish_swap, replace_in_memory, replace_segments, settle_hint, settled_bound,
+    SwapAbortedError,
+    list_names,
+    publish_swap,
+    replace_in_memory,
+    replace_segments,
+    settle_hint,
+    settled_bound,
 )
 from ..topic_partition import (
-    CLEANED_FILE_SUFFIX, DELETED_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, segment_file_name,
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    segment_file_name,
 )
 
 log = logging.getLogger(__name__)
@@ -68,8 +78,9 @@ def merge_groups(log, bound: int, names: set[str]) -> list[list[LogSegment]]:
     out = []
     for run in runs:
         if len(run) > 1:
-            out += [g for g in group_segments_by_size(run, cfg.segment_bytes, cfg.segment_index_bytes, bound)
-                    if len(g) > 1]
+            out += [
+                g for g in group_segments_by_size(run, cfg.segment_bytes, cfg.segment_index_bytes, bound) if len(g) > 1
+            ]
     return out
 
 
@@ -84,14 +95,22 @@ def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tup
             data = fs.read(seg.log_path, 0, seg.size)
         scan = scan_batches(data, max_batch_size=seg.max_batch_size)
         if len(data) != seg.size or scan.end != len(data) or not len(scan):
-            raise CorruptRecordError(f"segment object is not {seg.size} bytes of whole batches", source=seg.source,
-                                     position=scan.end)
+            raise CorruptRecordError(
+                f"segment object is not {seg.size} bytes of whole batches", source=seg.source, position=scan.end
+            )
         validate_batches(data, scan, source=seg.source)
         bases, lasts = scan.headers["base_offset"].astype(np.int64), scan.last_offsets
-        if bases[0] < seg.base_offset or (prev_last is not None and bases[0] <= prev_last) \
-                or int(lasts[-1]) - group[0].base_offset > INT32_MAX:
-            raise CorruptRecordError(f"batch offsets {int(bases[0])}.. do not follow offset {prev_last} in a merge "
-                                     f"into segment {group[0].base_offset}", source=seg.source, position=0)
+        if (
+            bases[0] < seg.base_offset
+            or (prev_last is not None and bases[0] <= prev_last)
+            or int(lasts[-1]) - group[0].base_offset > INT32_MAX
+        ):
+            raise CorruptRecordError(
+                f"batch offsets {int(bases[0])}.. do not follow offset {prev_last} in a merge "
+                f"into segment {group[0].base_offset}",
+                source=seg.source,
+                position=0,
+            )
         builder.add(scan.positions + pos, scan.sizes, lasts, scan.headers["max_timestamp"].astype(np.int64))
         parts.append(data)
         pos += len(data)
@@ -100,8 +119,14 @@ def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tup
     return b"".join(parts), off_rows, time_rows, prev_last + 1
 
 
-def merge_small_segments(log, *, now_ms: int | None = None, min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS,
-                         check: Callable[[], None] | None = None, lock_timeout: float | None = 30.0) -> MergeResult:
+def merge_small_segments(
+    log,
+    *,
+    now_ms: int | None = None,
+    min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS,
+    check: Callable[[], None] | None = None,
+    lock_timeout: float | None = 30.0,
+) -> MergeResult:
     """The merge pass over a reader's Log. On an object store the caller holds the maintenance lease
     (`check` re-checks it before each commit point) and pending swaps were completed first. On a
     filesystem with locks it is the cleaner's swap: `.cleaned` output, then Log.replace_segments under
@@ -113,8 +138,10 @@ def merge_small_segments(log, *, now_ms: int | None = None, min_age_ms: int = DE
     res = MergeResult(log.tp.topic, log.tp.partition, segments_before=len([s for s in log.segments if s.size]))
     names = list_names(log.fs, log.dir)
     if any(n.endswith(SWAP_FILE_SUFFIX) for n in names):
-        raise SwapAbortedError(f"{log.tp}: a swap is pending in {log.fs.url(log.dir)}; it is completed once "
-                               f"abandoned (older than the maintenance lease TTL)")
+        raise SwapAbortedError(
+            f"{log.tp}: a swap is pending in {log.fs.url(log.dir)}; it is completed once "
+            f"abandoned (older than the maintenance lease TTL)"
+        )
     bound = settled_bound(log, now_ms=now, min_age_ms=min_age_ms)
     groups = merge_groups(log, bound, set(names))
     cache: dict[int, bytes] = {}
@@ -140,8 +167,9 @@ def _merge_local(log, lock_timeout: float | None) -> MergeResult:
     res.bound = log.active_segment.base_offset
     for group in merge_groups(log, res.bound, set()):
         mtimes = {id(s): fs.modified_ms(s.log_path) for s in group}
-        out = LogSegment.create(fs, log.dir, group[0].base_offset, file_suffix=CLEANED_FILE_SUFFIX,
-                                **log.segment_kwargs())
+        out = LogSegment.create(
+            fs, log.dir, group[0].base_offset, file_suffix=CLEANED_FILE_SUFFIX, **log.segment_kwargs()
+        )
         try:
             for seg in group:
                 try:
@@ -152,8 +180,9 @@ def _merge_local(log, lock_timeout: float | None) -> MergeResult:
                     seg.release_readers()
             out.on_become_inactive()
             out.close()
-            lock = contextlib.nullcontext() if log.writable else fs.lock(fs.join(log.dir, LOCK_FILE),
-                                                                        timeout=lock_timeout)
+            lock = (
+                contextlib.nullcontext() if log.writable else fs.lock(fs.join(log.dir, LOCK_FILE), timeout=lock_timeout)
+            )
             with lock:
                 for seg in group:  # retention, a writer's recovery or a cleaner did not act on them meanwhile
                     try:
@@ -161,8 +190,9 @@ def _merge_local(log, lock_timeout: float | None) -> MergeResult:
                     except FileNotFoundError:
                         same = False
                     if not same:
-                        raise CleaningAbortedError(f"{log.tp}: segment {fs.url(seg.log_path)} changed while being "
-                                                   f"merged; giving up this round")
+                        raise CleaningAbortedError(
+                            f"{log.tp}: segment {fs.url(seg.log_path)} changed while being merged; giving up this round"
+                        )
                 replace_segments(log, [out], group)
         except BaseException:
             if out.file_suffix == CLEANED_FILE_SUFFIX:

@@ -21,11 +21,18 @@ DEFAULT_CHECK_INTERVAL_MS = 300  # what Kafka's cleaner passes
 class Throttler:
     """maybe_throttle(n) after each n bytes of I/O; sleeps when the rate over the last interval is too high."""
 
-    def __init__(self, desired_rate_per_sec: float = UNLIMITED, *, check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
-                 clock_ns: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        desired_rate_per_sec: float = UNLIMITED,
+        *,
+        check_interval_ms: int = DEFAULT_CHECK_INTERVAL_MS,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         if not desired_rate_per_sec > 0:
             raise InvalidConfigError(
-                f"log.cleaner.io.max.bytes.per.second must be positive, got {desired_rate_per_sec!r}")
+                f"log.cleaner.io.max.bytes.per.second must be positive, got {desired_rate_per_sec!r}"
+            )
         if check_interval_ms < 0:
             raise InvalidConfigError(f"throttler check interval must be >= 0 ms, got {check_interval_ms}")
         self.desired_rate_per_sec = float(desired_rate_per_sec)

@@ -19,7 +19,11 @@ from ..filesystem import LogFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import IndexState, plan_index_entries
 from ..records.record_batch import (
-    MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader, scan_batches, validate_batches,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchHeader,
+    scan_batches,
+    validate_batches,
 )
 
 log = logging.getLogger(__name__)
@@ -56,7 +60,7 @@ class IndexBuilder:
 
     def finish(self, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
         """(offset index rows, time index rows) as the files hold them."""
-        cat = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64))
+        cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)
         offsets, positions = cat(self._offsets), cat(self._positions)
         timestamps, time_offsets = cat(self._timestamps), cat(self._time_offsets)
         st = self.state
@@ -102,24 +106,31 @@ def rebuild_indexes(seg, *, write: bool) -> None:
     try:
         for chunk in seg.iter_chunks(0):
             s = chunk.scan
-            validate_batches(chunk.buf, s, source=seg.source, base_position=chunk.base_position,
-                             expected_first_offset=expected)
+            validate_batches(
+                chunk.buf, s, source=seg.source, base_position=chunk.base_position, expected_first_offset=expected
+            )
             last = s.last_offsets
             base = s.headers["base_offset"].astype(np.int64)
             bad = np.flatnonzero((base < seg.base_offset) | (last - seg.base_offset > INT32_MAX))
             if bad.size:
                 i = int(bad[0])
-                raise CorruptRecordError(f"batch offsets {int(base[i])}..{int(last[i])} do not fit segment with base "
-                                         f"offset {seg.base_offset}", source=seg.source,
-                                         position=chunk.base_position + int(s.positions[i]))
+                raise CorruptRecordError(
+                    f"batch offsets {int(base[i])}..{int(last[i])} do not fit segment with base "
+                    f"offset {seg.base_offset}",
+                    source=seg.source,
+                    position=chunk.base_position + int(s.positions[i]),
+                )
             builder.add(s.positions + chunk.base_position, s.sizes, last, s.headers["max_timestamp"].astype(np.int64))
             expected = int(last[-1]) + 1
             end = chunk.base_position + s.end
     finally:
         seg.release_readers()
     if end != seg.size:
-        raise CorruptRecordError(f"partial batch in a segment object of {seg.size} bytes (objects are written "
-                                 f"whole; this one is damaged)", source=seg.source, position=end)
+        raise CorruptRecordError(
+            f"partial batch in a segment object of {seg.size} bytes (objects are written whole; this one is damaged)",
+            source=seg.source,
+            position=end,
+        )
     off_rows, time_rows = builder.finish(seg.base_offset)
     if write:
         write_indexes(seg, off_rows, time_rows)
@@ -129,8 +140,9 @@ def rebuild_indexes(seg, *, write: bool) -> None:
     seg.needs_rebuild = False
 
 
-def create_segment_object(fs: LogFileSystem, dir: str, tp, base: int, buf, scan, index_interval_bytes: int,
-                          segment_kwargs: dict):
+def create_segment_object(
+    fs: LogFileSystem, dir: str, tp, base: int, buf, scan, index_interval_bytes: int, segment_kwargs: dict
+):
     """Write validated, offset-assigned batches as the segment object at `base`; returns its LogSegment.
 
     The create-only write of the .log is the commit point: if another writer holds the name, nothing
@@ -144,33 +156,47 @@ def create_segment_object(fs: LogFileSystem, dir: str, tp, base: int, buf, scan,
     if scan.end > MAX_SEGMENT_OBJECT_BYTES:
         raise RecordTooLargeError(
             f"append to {where}: {scan.end} bytes in one append; on this filesystem every append is one "
-            f"segment object, and index positions are int32, so at most {MAX_SEGMENT_OBJECT_BYTES} bytes")
+            f"segment object, and index positions are int32, so at most {MAX_SEGMENT_OBJECT_BYTES} bytes"
+        )
     last = scan.last_offsets
     if int(last[-1]) - base > INT32_MAX:
-        raise RecordTooLargeError(f"append to {where}: offsets {base}..{int(last[-1])} do not fit one segment "
-                                  f"(relative offsets are int32); split the append")
+        raise RecordTooLargeError(
+            f"append to {where}: offsets {base}..{int(last[-1])} do not fit one segment "
+            f"(relative offsets are int32); split the append"
+        )
     builder = IndexBuilder(index_interval_bytes)
     builder.add(scan.positions, scan.sizes, last, scan.headers["max_timestamp"].astype(np.int64))
     off_rows, time_rows = builder.finish(base)
-    seg = LogSegment(fs, dir, base, log_size=scan.end, index_size=off_rows.nbytes,
-                     time_index_size=time_rows.nbytes, **segment_kwargs)
-    if not fs.create_exclusive(seg.log_path, memoryview(buf)[:scan.end]):
+    seg = LogSegment(
+        fs, dir, base, log_size=scan.end, index_size=off_rows.nbytes, time_index_size=time_rows.nbytes, **segment_kwargs
+    )
+    if not fs.create_exclusive(seg.log_path, memoryview(buf)[: scan.end]):
         fs.invalidate_listings(dir)
         try:
             empty = fs.size(seg.log_path) == 0
         except FileNotFoundError:
             empty = False
         if empty:  # not made by this protocol (a tool, or a copied Kafka dir): say what to do
-            raise KafkaStorageError(f"append to {where}: an empty segment object {seg.source} blocks appends at "
-                                    f"offset {base}; it holds no records: delete it")
-        raise ConcurrentAppendError(f"append to {where}: another writer created the segment at offset {base} "
-                                    f"first ({seg.source}); nothing was appended; reopen the log and retry",
-                                    topic=tp.topic, partition=tp.partition, offset=base)
+            raise KafkaStorageError(
+                f"append to {where}: an empty segment object {seg.source} blocks appends at "
+                f"offset {base}; it holds no records: delete it"
+            )
+        raise ConcurrentAppendError(
+            f"append to {where}: another writer created the segment at offset {base} "
+            f"first ({seg.source}); nothing was appended; reopen the log and retry",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=base,
+        )
     try:
         write_indexes(seg, off_rows, time_rows)
     except (KafkaStorageError, OSError) as e:
-        log.warning("%s: segment %d is committed but its index objects were not written (%s); the next "
-                    "loader rebuilds them", where, base, e)
+        log.warning(
+            "%s: segment %d is committed but its index objects were not written (%s); the next loader rebuilds them",
+            where,
+            base,
+            e,
+        )
     prime_index(seg.offset_index, off_rows)
     prime_index(seg.time_index, time_rows)
     seg._index_state = builder.state
@@ -201,8 +227,11 @@ def next_offset_of(seg) -> int:
         scan = scan_batches(data, max_batch_size=seg.max_batch_size)
         if len(scan) and scan.end == len(data) == seg.size - start:
             return int(scan.last_offsets[-1]) + 1
-    raise CorruptRecordError(f"segment object of {seg.size} bytes does not end with a whole batch (objects are "
-                             f"written whole; this one is damaged)", source=seg.source)
+    raise CorruptRecordError(
+        f"segment object of {seg.size} bytes does not end with a whole batch (objects are "
+        f"written whole; this one is damaged)",
+        source=seg.source,
+    )
 
 
 def read_first_header(fs: LogFileSystem, path: str) -> RecordBatchHeader | None:
@@ -211,15 +240,17 @@ def read_first_header(fs: LogFileSystem, path: str) -> RecordBatchHeader | None:
     if not data:
         return None
     if len(data) < RECORD_BATCH_OVERHEAD:
-        raise CorruptRecordError(f"segment object starts with a partial batch header ({len(data)} bytes)",
-                                 source=fs.url(path), position=0)
+        raise CorruptRecordError(
+            f"segment object starts with a partial batch header ({len(data)} bytes)", source=fs.url(path), position=0
+        )
     if data[MAGIC_OFFSET] != 2:
-        raise CorruptRecordError(f"first batch has magic {data[MAGIC_OFFSET]}, not 2", source=fs.url(path),
-                                 position=0)
+        raise CorruptRecordError(f"first batch has magic {data[MAGIC_OFFSET]}, not 2", source=fs.url(path), position=0)
     return RecordBatchHeader.read(data)
 
 
 def check_exclusive_create(fs: LogFileSystem, what: str) -> None:
     if not fs.capabilities.exclusive_create:
-        raise KafkaStorageError(f"{what}: this filesystem ({fs.protocol}) has neither append with locks nor "
-                                f"create-only writes, so appends cannot be kept apart; it can only be read")
+        raise KafkaStorageError(
+            f"{what}: this filesystem ({fs.protocol}) has neither append with locks nor "
+            f"create-only writes, so appends cannot be kept apart; it can only be read"
+        )

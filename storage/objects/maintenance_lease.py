@@ -40,8 +40,9 @@ def _now() -> int:
 class MaintenanceLease:
     """The lease on one log dir. acquire() / renew() / check() / release(); keep_alive() renews in a thread."""
 
-    def __init__(self, fs: LogFileSystem, root: str, *, holder: str | None = None,
-                 ttl_ms: int = DEFAULT_LEASE_TTL_MS, clock=_now):
+    def __init__(
+        self, fs: LogFileSystem, root: str, *, holder: str | None = None, ttl_ms: int = DEFAULT_LEASE_TTL_MS, clock=_now
+    ):
         self.fs, self.root, self.ttl_ms, self.clock = fs, root, int(ttl_ms), clock
         self.dir = fs.join(root, LEASE_DIR)
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -51,8 +52,11 @@ class MaintenanceLease:
     def _current(self) -> tuple[int, dict | None]:
         """(highest generation, its document) from a fresh LIST; (0, None) when there is none."""
         self.fs.invalidate_listings(self.dir)
-        gens = sorted(int(f.name[:-5]) for f in self.fs.listdir(self.dir)
-                      if not f.is_dir and f.name.endswith(".json") and f.name[:-5].isdigit())
+        gens = sorted(
+            int(f.name[:-5])
+            for f in self.fs.listdir(self.dir)
+            if not f.is_dir and f.name.endswith(".json") and f.name[:-5].isdigit()
+        )
         if not gens:
             return 0, None
         path = self._path(gens[-1])
@@ -71,8 +75,9 @@ class MaintenanceLease:
 
     def _take(self, gen: int) -> bool:
         now = self.clock()
-        body = json.dumps({"holder": self.holder, "acquiredMs": now, "expiresMs": now + self.ttl_ms,
-                           "generation": gen}).encode()
+        body = json.dumps(
+            {"holder": self.holder, "acquiredMs": now, "expiresMs": now + self.ttl_ms, "generation": gen}
+        ).encode()
         if not self.fs.create_exclusive(self._path(gen), body):
             return False
         self.generation, self.expires_ms = gen, now + self.ttl_ms
@@ -87,7 +92,8 @@ class MaintenanceLease:
         return MaintenanceLeaseError(
             f"another maintenance job holds {self.fs.url(self.dir)}: {doc['holder']} until "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(doc['expiresMs'] / 1000))} UTC (lease TTL "
-            f"{self.ttl_ms} ms); on object stores only one maintenance job may run per log dir")
+            f"{self.ttl_ms} ms); on object stores only one maintenance job may run per log dir"
+        )
 
     def acquire(self) -> "MaintenanceLease":
         gen, doc = self._current()
@@ -104,20 +110,24 @@ class MaintenanceLease:
             raise MaintenanceLeaseError(f"{self.fs.url(self.dir)}: the maintenance lease was not acquired")
         gen, doc = self._current()
         if doc is None or doc["holder"] != self.holder:
-            raise MaintenanceLeaseError(f"lost the maintenance lease of {self.fs.url(self.dir)} to "
-                                        f"{(doc or {}).get('holder') or '(nobody)'}; stopping")
+            raise MaintenanceLeaseError(
+                f"lost the maintenance lease of {self.fs.url(self.dir)} to "
+                f"{(doc or {}).get('holder') or '(nobody)'}; stopping"
+            )
         self.generation = gen  # renewed by the driver, for a task's copy
         self.expires_ms = doc["expiresMs"]
         if self.clock() >= self.expires_ms:
-            raise MaintenanceLeaseError(f"the maintenance lease of {self.fs.url(self.dir)} expired "
-                                        f"(TTL {self.ttl_ms} ms); stopping")
+            raise MaintenanceLeaseError(
+                f"the maintenance lease of {self.fs.url(self.dir)} expired (TTL {self.ttl_ms} ms); stopping"
+            )
 
     def renew(self) -> None:
         self.check()
         if not self._take(self.generation + 1):
             _, doc = self._current()
-            raise MaintenanceLeaseError(f"lost the maintenance lease of {self.fs.url(self.dir)} to "
-                                        f"{(doc or {}).get('holder', '(nobody)')}")
+            raise MaintenanceLeaseError(
+                f"lost the maintenance lease of {self.fs.url(self.dir)} to {(doc or {}).get('holder', '(nobody)')}"
+            )
 
     def release(self) -> None:
         if self.generation is not None:
@@ -154,8 +164,9 @@ class MaintenanceLease:
         return _Keep()
 
 
-def attach_lease(fs: LogFileSystem, root: str, holder: str, generation: int, expires_ms: int,
-                 ttl_ms: int = DEFAULT_LEASE_TTL_MS) -> MaintenanceLease:
+def attach_lease(
+    fs: LogFileSystem, root: str, holder: str, generation: int, expires_ms: int, ttl_ms: int = DEFAULT_LEASE_TTL_MS
+) -> MaintenanceLease:
     """The lease a job's driver holds, for its tasks (e.g. Spark executors) to check() it."""
     lease = MaintenanceLease(fs, root, holder=holder, ttl_ms=ttl_ms)
     lease.generation, lease.expires_ms = generation, expires_ms

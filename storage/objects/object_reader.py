@@ -60,8 +60,9 @@ def pinned_get(fs: LogFileSystem, path: str, start: int, end: int, tag) -> tuple
         kw = {"IfMatch": tag} if tag is not None else {}
 
         async def get():
-            resp = await fs._fs._call_s3("get_object", Bucket=bucket, Key=obj_key,
-                                           Range=f"bytes={start}-{end - 1}", **kw)
+            resp = await fs._fs._call_s3(
+                "get_object", Bucket=bucket, Key=obj_key, Range=f"bytes={start}-{end - 1}", **kw
+            )
             try:
                 return await resp["Body"].read(), resp.get("ETag")
             finally:
@@ -155,12 +156,17 @@ class PinnedObjectReader(FileReader):
         """Read from the object that now holds the pinned version: a `.swap`'s final name, or the
         `.deleted` twin of a segment object; a clear error when neither does."""
         fs = self.fs
-        twin = self.path[: -len(SWAP_FILE_SUFFIX)] if self.path.endswith(SWAP_FILE_SUFFIX) \
+        twin = (
+            self.path[: -len(SWAP_FILE_SUFFIX)]
+            if self.path.endswith(SWAP_FILE_SUFFIX)
             else self.path + DELETED_FILE_SUFFIX
+        )
         gone = CorruptRecordError(
             "object was replaced or removed while being read (retention, compaction or a segment merge), and "
             "no copy of the version being read is left (file.delete.delay.ms passed?); read again from a "
-            "fresh listing", source=fs.url(self.path))
+            "fresh listing",
+            source=fs.url(self.path),
+        )
         if self._at == twin:
             raise gone
         if self._tag is not None and not self._twin_matches(twin):

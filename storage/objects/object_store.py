@@ -32,6 +32,7 @@ _CONFLICT_RETRIES = 6  # S3 answers 409 ConditionalRequestConflict while another
 @dataclass(frozen=True)
 class _Backend:
     """What one fsspec implementation can do beyond plain GET/PUT/LIST/DELETE."""
+
     atomic_create: bool  # pipe_file(mode="create") is one conditional request the store decides
     touch_existing: str | None  # "copy": server-side copy onto itself; "rewrite": read and write back
     process_local: bool = False  # the store lives in this process (create is made atomic with a lock)
@@ -74,18 +75,30 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     protocol = "s3"
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, *, storage_options: dict | None = None,
-                 listing_ttl: float | None = DEFAULT_LISTING_TTL, atomic_create: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem,
+        *,
+        storage_options: dict | None = None,
+        listing_ttl: float | None = DEFAULT_LISTING_TTL,
+        atomic_create: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._fs = fs
         self.protocol = _protocol_of(fs)
         backend = _BACKENDS.get(self.protocol, _UNKNOWN)
         if atomic_create is not None:
             backend = _Backend(atomic_create, backend.touch_existing, backend.process_local, backend.one_list)
         self._backend = backend
-        self.capabilities = Capabilities(append=False, atomic_rename=False, exclusive_create=backend.atomic_create,
-                                         locks=False, fsync=False, cached_listings=True,
-                                         remote_reads=True)
+        self.capabilities = Capabilities(
+            append=False,
+            atomic_rename=False,
+            exclusive_create=backend.atomic_create,
+            locks=False,
+            fsync=False,
+            cached_listings=True,
+            remote_reads=True,
+        )
         self._options = dict(storage_options or {})  # only to scrub secrets out of backend messages
         self._ttl = listing_ttl
         self._clock = clock
@@ -105,11 +118,15 @@ class ObjectStoreFileSystem(LogFileSystem):
             fs, path = url_to_fs(url, **opts)
         except ImportError as e:
             hint = " (pip install 'kafkalog-ds[s3]')" if protocol in ("s3", "s3a") else ""
-            raise KafkaStorageError(f"log dir {shown}: filesystem {protocol!r} needs a package that is not "
-                                    f"installed: {redact_text(e, opts)}{hint}") from None
+            raise KafkaStorageError(
+                f"log dir {shown}: filesystem {protocol!r} needs a package that is not "
+                f"installed: {redact_text(e, opts)}{hint}"
+            ) from None
         except (ValueError, TypeError, OSError) as e:  # OSError: e.g. hdfs:// without libjvm / libhdfs
-            raise KafkaStorageError(f"log dir {shown}: cannot open filesystem {protocol!r} with storage options "
-                                    f"{safe_repr(opts)}: {_first_line(redact_text(e, opts))}") from None
+            raise KafkaStorageError(
+                f"log dir {shown}: cannot open filesystem {protocol!r} with storage options "
+                f"{safe_repr(opts)}: {_first_line(redact_text(e, opts))}"
+            ) from None
         return cls(fs, storage_options=opts, **kwargs), path.rstrip("/")
 
     def __repr__(self):
@@ -324,7 +341,8 @@ class ObjectStoreFileSystem(LogFileSystem):
             if stamp is None:
                 continue
             out[self.basename(self._fs._strip_protocol(e["name"]))] = (
-                int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000))
+                int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000)
+            )
         if names is not None:
             wanted = set(names)
             out = {n: t for n, t in out.items() if n in wanted}
@@ -402,8 +420,10 @@ class ObjectStoreFileSystem(LogFileSystem):
         payloads that must not be confused (lock owners, commits) carry a writer id.
         """
         if not self._backend.atomic_create:
-            raise KafkaStorageError(f"{self.url(path)}: this filesystem ({self.protocol}) has no atomic "
-                                    f"create-only write (capabilities.exclusive_create is False)")
+            raise KafkaStorageError(
+                f"{self.url(path)}: this filesystem ({self.protocol}) has no atomic "
+                f"create-only write (capabilities.exclusive_create is False)"
+            )
         data = bytes(data)
         try:
             for attempt in range(_CONFLICT_RETRIES):
@@ -418,7 +438,7 @@ class ObjectStoreFileSystem(LogFileSystem):
                         return self._holds(path, data)
                     if code != "ConditionalRequestConflict" or attempt + 1 == _CONFLICT_RETRIES:
                         raise self._fail("create", path, e)
-                    time.sleep(0.05 * 2 ** attempt)
+                    time.sleep(0.05 * 2**attempt)
             return False  # not reached: the last attempt returns or raises
         finally:
             self._wrote(path)
@@ -478,8 +498,7 @@ class ObjectStoreFileSystem(LogFileSystem):
             self.invalidate_listings(path)
             self._wrote(path)  # the prefix is gone from the listings above it too
         if left:
-            raise KafkaStorageError(f"{self.url(path)}: delete_dir left {len(left)} objects, e.g. "
-                                    f"{self.url(left[0])}")
+            raise KafkaStorageError(f"{self.url(path)}: delete_dir left {len(left)} objects, e.g. {self.url(left[0])}")
 
     def rename(self, src, dst):
         """Copy then delete (not atomic: after a crash both names may exist; dst itself appears whole)."""
@@ -506,8 +525,9 @@ class ObjectStoreFileSystem(LogFileSystem):
             elif self._backend.touch_existing == "rewrite":
                 self._fs.pipe_file(key, self._fs.cat_file(key))
             else:
-                raise KafkaStorageError(f"{self.url(path)}: cannot set the modification time of an existing "
-                                        f"object on {self.protocol}")
+                raise KafkaStorageError(
+                    f"{self.url(path)}: cannot set the modification time of an existing object on {self.protocol}"
+                )
         except KafkaStorageError:
             raise
         except Exception as e:
@@ -522,12 +542,16 @@ class ObjectStoreFileSystem(LogFileSystem):
         """No-op: a completed PUT is durable and visible."""
 
     def open_appender(self, path, *, create=True, bulk=False) -> Appender:
-        raise KafkaStorageError(f"{self.url(path)}: cannot append: the object store has no append "
-                                f"(capabilities.append is False); write a new object instead")
+        raise KafkaStorageError(
+            f"{self.url(path)}: cannot append: the object store has no append "
+            f"(capabilities.append is False); write a new object instead"
+        )
 
     def truncate(self, path, size):
-        raise KafkaStorageError(f"{self.url(path)}: cannot truncate to {size} bytes: objects are immutable "
-                                f"on an object store (capabilities.append is False)")
+        raise KafkaStorageError(
+            f"{self.url(path)}: cannot truncate to {size} bytes: objects are immutable "
+            f"on an object store (capabilities.append is False)"
+        )
 
     def lock(self, path, *, timeout=None) -> contextlib.AbstractContextManager:
         """Object stores have no locks (capabilities.locks is False): this raises.
@@ -535,8 +559,10 @@ class ObjectStoreFileSystem(LogFileSystem):
         A lease object with an expiry gives no mutual exclusion without fencing (a paused holder
         outlives its lease), so writers coordinate with create_exclusive on the names they publish.
         """
-        raise KafkaStorageError(f"{self.url(path)}: cannot lock: the object store has no locks "
-                                f"(capabilities.locks is False); coordinate with create-only writes")
+        raise KafkaStorageError(
+            f"{self.url(path)}: cannot lock: the object store has no locks "
+            f"(capabilities.locks is False); coordinate with create-only writes"
+        )
 
 
 def _restore(fs, options, ttl, atomic_create):

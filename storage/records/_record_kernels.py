@@ -110,9 +110,11 @@ def copy_bytes(dst, dpos, src, spos, n):
 
 # ----------------------------------------------------------------------------------------- encode
 
+
 @njit(nogil=True)
-def plan_batches(ts, key_len, val_len, hstart, hcount, hk_len, hv_len, use_fixed_base, fixed_base,
-                 max_batch_bytes, split, overhead):  # pragma: no cover - jitted
+def plan_batches(
+    ts, key_len, val_len, hstart, hcount, hk_len, hv_len, use_fixed_base, fixed_base, max_batch_bytes, split, overhead
+):  # pragma: no cover - jitted
     """Size every record and split rows greedily into batches of at most max_batch_bytes.
 
     Returns (body, sizes, bounds, nbatches, err, err_row): body[i] is record i's size after its
@@ -169,9 +171,30 @@ def plan_batches(ts, key_len, val_len, hstart, hcount, hk_len, hv_len, use_fixed
 
 
 @njit(nogil=True)
-def write_records(out, rec_pos, bounds, nbatches, body, ts, use_fixed_base, fixed_base,
-                  key_start, key_len, key_data, val_start, val_len, val_data,
-                  hstart, hcount, hk_start, hk_len, hk_data, hv_start, hv_len, hv_data):  # pragma: no cover
+def write_records(
+    out,
+    rec_pos,
+    bounds,
+    nbatches,
+    body,
+    ts,
+    use_fixed_base,
+    fixed_base,
+    key_start,
+    key_len,
+    key_data,
+    val_start,
+    val_len,
+    val_data,
+    hstart,
+    hcount,
+    hk_start,
+    hk_len,
+    hk_data,
+    hv_start,
+    hv_len,
+    hv_data,
+):  # pragma: no cover
     """Write the records of batch b at out[rec_pos[b]:]; the layout comes from plan_batches."""
     for bi in range(nbatches):
         r0 = bounds[bi]
@@ -222,19 +245,21 @@ def put_rows(out, positions, rows):  # pragma: no cover - jitted
 
 # ----------------------------------------------------------------------------------------- decode
 
+
 @njit(nogil=True)
 def _grow(a, need):
     cap = a.shape[1]
     while cap < need:
         cap *= 2
     out = np.empty((a.shape[0], cap), a.dtype)
-    out[:, :a.shape[1]] = a
+    out[:, : a.shape[1]] = a
     return out
 
 
 @njit(nogil=True)
-def frame_records(src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, ts_override,
-                  min_offset, last_offset):  # pragma: no cover - jitted
+def frame_records(
+    src, area_start, area_end, counts, last_deltas, base_offsets, base_ts, ts_override, min_offset, last_offset
+):  # pragma: no cover - jitted
     """Walk the records of every batch (record area b is src[area_start[b]:area_end[b]]).
 
     Keeps records with min_offset <= offset <= last_offset (inclusive: offset 2**63-1 can be kept). ts_override[b] != -1 << 63 replaces every

@@ -66,7 +66,7 @@ def _validity(arr: pa.Array, n: int) -> np.ndarray | None:
     if pa.types.is_null(arr.type):
         return np.zeros(n, bool)
     bits = np.frombuffer(arr.buffers()[0], np.uint8)
-    return np.unpackbits(bits, bitorder="little", count=arr.offset + n)[arr.offset:].astype(bool)
+    return np.unpackbits(bits, bitorder="little", count=arr.offset + n)[arr.offset :].astype(bool)
 
 
 def _binary_parts(arr: pa.Array, name: str):
@@ -86,8 +86,9 @@ def _binary_parts(arr: pa.Array, name: str):
             raise TypeError(f"column {name!r} must be binary or string, not {t}") from exc
     bufs = arr.buffers()
     otype = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    offsets = np.frombuffer(bufs[1], otype)[arr.offset:arr.offset + n + 1].astype(np.int64) \
-        if n else np.zeros(1, np.int64)
+    offsets = (
+        np.frombuffer(bufs[1], otype)[arr.offset : arr.offset + n + 1].astype(np.int64) if n else np.zeros(1, np.int64)
+    )
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else _EMPTY_U8
     starts = offsets[:-1]
     lens = np.diff(offsets)
@@ -111,7 +112,7 @@ def _timestamps(arr: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
             arr = pc.cast(arr, pa.int64())
     else:
         raise TypeError(f"column 'timestamp' must be int64 milliseconds or a timestamp, not {t}")
-    ts = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset:arr.offset + n]
+    ts = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + n]
     if mul != 1:
         ts = ts * mul
     elif div != 1:
@@ -163,17 +164,34 @@ def _prepare(table, now_ms):
         raise InvalidRecordError("records need a 'value' column (binary or string; null for a tombstone)")
     key = _column(table, "key")
     vparts = _binary_parts(value, "value")
-    kparts = _binary_parts(key, "key") if key is not None else (
-        np.zeros(n, np.int64), np.full(n, -1, np.int64), _EMPTY_U8)
+    kparts = (
+        _binary_parts(key, "key") if key is not None else (np.zeros(n, np.int64), np.full(n, -1, np.int64), _EMPTY_U8)
+    )
     ts = _timestamps(_column(table, "timestamp"), n, now_ms)
     headers = _headers(_column(table, "headers"), n)
     return n, ts, kparts, vparts, headers
 
 
-def _encode(table, *, compression, base_offset, timestamp_type, producer_id, producer_epoch,
-            base_sequence, partition_leader_epoch, is_transactional, delete_horizon_ms, now_ms,
-            max_batch_bytes, split, compression_level=None) -> tuple[np.ndarray, BatchScan]:
-    compression = CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
+def _encode(
+    table,
+    *,
+    compression,
+    base_offset,
+    timestamp_type,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+    partition_leader_epoch,
+    is_transactional,
+    delete_horizon_ms,
+    now_ms,
+    max_batch_bytes,
+    split,
+    compression_level=None,
+) -> tuple[np.ndarray, BatchScan]:
+    compression = (
+        CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
+    )
     timestamp_type = TimestampType(timestamp_type)
     if is_transactional and producer_id == -1:
         raise InvalidRecordError("transactional batches need a producer id")
@@ -184,15 +202,16 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
         return _EMPTY_U8, BatchScan(np.zeros(0, np.int64), np.zeros(0, HEADER_DTYPE), 0, SCAN_OK)
     use_fixed = delete_horizon_ms is not None
     fixed_base = int(delete_horizon_ms) if use_fixed else 0
-    body, rec_bytes, bounds, nb, err, row = K.plan_batches(ts, kl, vl, hstart, hcount, hkl, hvl, use_fixed, fixed_base,
-                                                max_batch_bytes, split, RECORD_BATCH_OVERHEAD)
+    body, rec_bytes, bounds, nb, err, row = K.plan_batches(
+        ts, kl, vl, hstart, hcount, hkl, hvl, use_fixed, fixed_base, max_batch_bytes, split, RECORD_BATCH_OVERHEAD
+    )
     if err == K.P_NULL_HEADER_KEY:
         raise InvalidRecordError(f"row {row}: header keys cannot be null")
     if err == K.P_TOO_LARGE:
         raise RecordTooLargeError(f"row {row}: the record alone exceeds the batch limit of {max_batch_bytes} bytes")
     if err == K.P_BATCH_TOO_LARGE:
         raise RecordTooLargeError(f"row {row}: the batch would exceed {max_batch_bytes} bytes")
-    bounds = bounds[:nb + 1]
+    bounds = bounds[: nb + 1]
     cum = np.concatenate(([0], np.cumsum(rec_bytes)))
     area = cum[bounds[1:]] - cum[bounds[:-1]]  # record bytes per batch
     counts = np.diff(bounds)
@@ -200,8 +219,12 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     base_ts = np.full(nb, fixed_base, np.int64) if use_fixed else ts[bounds[:-1]]
     if timestamp_type is TimestampType.LOG_APPEND_TIME:
         max_ts[:] = now_ms
-    attributes = int(compression) | (TIMESTAMP_TYPE_MASK if timestamp_type is TimestampType.LOG_APPEND_TIME else 0) \
-        | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0) | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
+    attributes = (
+        int(compression)
+        | (TIMESTAMP_TYPE_MASK if timestamp_type is TimestampType.LOG_APPEND_TIME else 0)
+        | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0)
+        | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
+    )
     if not 0 <= base_offset <= 2**63 - n:
         raise InvalidRecordError(f"base_offset {base_offset} out of range for {n} records")
     if not -1 <= base_sequence <= 0x7FFFFFFF:
@@ -232,8 +255,16 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
         K.write_records(out, pos[:-1] + RECORD_BATCH_OVERHEAD, bounds, nb, *args)
         K.put_rows(out, pos[:-1], head_bytes)
         view = memoryview(out)
-        crcs = np.fromiter((_crc32c.crc32c(view[a:b]) for a, b in  # one C call per batch
-                            zip((pos[:-1] + ATTRIBUTES_OFFSET).tolist(), pos[1:].tolist())), np.uint32, nb)
+        crcs = np.fromiter(
+            (
+                _crc32c.crc32c(view[a:b])
+                for a, b in zip(  # one C call per batch
+                    (pos[:-1] + ATTRIBUTES_OFFSET).tolist(), pos[1:].tolist()
+                )
+            ),
+            np.uint32,
+            nb,
+        )
         K.put_rows(out, pos[:-1] + CRC_OFFSET, crcs.astype(">u4").view(np.uint8).reshape(nb, 4))
         heads["crc"] = crcs
         return out, BatchScan(pos[:-1], heads, int(pos[-1]), SCAN_OK)
@@ -242,67 +273,132 @@ def _encode(table, *, compression, base_offset, timestamp_type, producer_id, pro
     starts = cum[bounds[:-1]]
     K.write_records(scratch, starts, bounds, nb, *args)
     view = memoryview(scratch)
-    compressed = compress_many(compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist())],
-                               level=compression_level)
+    compressed = compress_many(
+        compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist())], level=compression_level
+    )
     sizes = np.fromiter((memoryview(data).nbytes for data in compressed), np.int64, nb)
     if sizes.max() > _NO_SPLIT_LIMIT - RECORD_BATCH_OVERHEAD:
         raise RecordTooLargeError(f"a batch compresses to {int(sizes.max())} bytes, beyond a batch's int32 length")
     heads["batch_length"] = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + sizes
     tail = RECORD_BATCH_OVERHEAD - ATTRIBUTES_OFFSET
     tails = memoryview(head_bytes[:, ATTRIBUTES_OFFSET:].tobytes())  # CRC = crc32c(header tail + records)
-    heads["crc"] = [_crc32c.crc32c(data, _crc32c.crc32c(tails[i * tail:(i + 1) * tail]))
-                    for i, data in enumerate(compressed)]
+    heads["crc"] = [
+        _crc32c.crc32c(data, _crc32c.crc32c(tails[i * tail : (i + 1) * tail])) for i, data in enumerate(compressed)
+    ]
     pos = np.concatenate(([0], np.cumsum(sizes + RECORD_BATCH_OVERHEAD)))
     out = _scratch(int(pos[-1]))
     K.put_rows(out, pos[:-1], head_bytes)
     for i, data in enumerate(compressed):  # per batch
         a = int(pos[i]) + RECORD_BATCH_OVERHEAD
-        out[a:a + int(sizes[i])] = np.frombuffer(data, np.uint8)
+        out[a : a + int(sizes[i])] = np.frombuffer(data, np.uint8)
     return out, BatchScan(pos[:-1], heads, int(pos[-1]), SCAN_OK)
 
 
-def build_records(table, *, compression=CompressionType.NONE, base_offset=0,
-                  timestamp_type=TimestampType.CREATE_TIME, producer_id=-1, producer_epoch=-1,
-                  base_sequence=-1, partition_leader_epoch=-1, is_transactional=False,
-                  delete_horizon_ms=None, now_ms=None, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES) -> bytes:
+def build_records(
+    table,
+    *,
+    compression=CompressionType.NONE,
+    base_offset=0,
+    timestamp_type=TimestampType.CREATE_TIME,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    partition_leader_epoch=-1,
+    is_transactional=False,
+    delete_horizon_ms=None,
+    now_ms=None,
+    max_batch_bytes=DEFAULT_MAX_BATCH_BYTES,
+) -> bytes:
     """Encode rows (columns value, key, timestamp, headers) as consecutive v2 batches.
 
     Rows are split so that each batch's uncompressed size is <= max_batch_bytes; batch i gets
     baseOffset (and baseSequence, unless -1) advanced by the rows before it. Empty input -> b"".
     """
-    return encode_records(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
-                          producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                          partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
-                          delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
-                          max_batch_bytes=max_batch_bytes)[0].tobytes()
+    return encode_records(
+        table,
+        compression=compression,
+        base_offset=base_offset,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        delete_horizon_ms=delete_horizon_ms,
+        now_ms=now_ms,
+        max_batch_bytes=max_batch_bytes,
+    )[0].tobytes()
 
 
-def encode_records(table, *, compression=CompressionType.NONE, base_offset=0,
-                   timestamp_type=TimestampType.CREATE_TIME, producer_id=-1, producer_epoch=-1,
-                   base_sequence=-1, partition_leader_epoch=-1, is_transactional=False,
-                   delete_horizon_ms=None, now_ms=None,
-                   max_batch_bytes=DEFAULT_MAX_BATCH_BYTES, compression_level=None) -> tuple[np.ndarray, BatchScan]:
+def encode_records(
+    table,
+    *,
+    compression=CompressionType.NONE,
+    base_offset=0,
+    timestamp_type=TimestampType.CREATE_TIME,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    partition_leader_epoch=-1,
+    is_transactional=False,
+    delete_horizon_ms=None,
+    now_ms=None,
+    max_batch_bytes=DEFAULT_MAX_BATCH_BYTES,
+    compression_level=None,
+) -> tuple[np.ndarray, BatchScan]:
     """build_records without the copy to bytes: the encoded buffer (a writable uint8 array) and its
     BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs.
     compression_level: the codec's level (Kafka's compression.<codec>.level); None for Kafka's default."""
     if max_batch_bytes < MIN_BATCH_BYTES:
-        raise InvalidConfigError(f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "
-                                 f"(a {RECORD_BATCH_OVERHEAD}-byte header and one empty record)")
-    return _encode(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
-                   producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                   partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
-                   delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
-                   max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT), split=True,
-                   compression_level=compression_level)
+        raise InvalidConfigError(
+            f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "
+            f"(a {RECORD_BATCH_OVERHEAD}-byte header and one empty record)"
+        )
+    return _encode(
+        table,
+        compression=compression,
+        base_offset=base_offset,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        delete_horizon_ms=delete_horizon_ms,
+        now_ms=now_ms,
+        max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT),
+        split=True,
+        compression_level=compression_level,
+    )
 
 
-def build_batch(table, *, compression=CompressionType.NONE, base_offset=0,
-                timestamp_type=TimestampType.CREATE_TIME, producer_id=-1, producer_epoch=-1,
-                base_sequence=-1, partition_leader_epoch=-1, is_transactional=False,
-                delete_horizon_ms=None, now_ms=None) -> bytes:
+def build_batch(
+    table,
+    *,
+    compression=CompressionType.NONE,
+    base_offset=0,
+    timestamp_type=TimestampType.CREATE_TIME,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    partition_leader_epoch=-1,
+    is_transactional=False,
+    delete_horizon_ms=None,
+    now_ms=None,
+) -> bytes:
     """Encode all rows as exactly one v2 batch (no splitting). Empty input -> b""."""
-    return _encode(table, compression=compression, base_offset=base_offset, timestamp_type=timestamp_type,
-                   producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence,
-                   partition_leader_epoch=partition_leader_epoch, is_transactional=is_transactional,
-                   delete_horizon_ms=delete_horizon_ms, now_ms=now_ms,
-                   max_batch_bytes=_NO_SPLIT_LIMIT, split=False)[0].tobytes()
+    return _encode(
+        table,
+        compression=compression,
+        base_offset=base_offset,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        is_transactional=is_transactional,
+        delete_horizon_ms=delete_horizon_ms,
+        now_ms=now_ms,
+        max_batch_bytes=_NO_SPLIT_LIMIT,
+        split=False,
+    )[0].tobytes()

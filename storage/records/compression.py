@@ -78,8 +78,7 @@ def _map(fn, items: list, nbytes: int) -> list:
     if _pool is None:
         _pool = ThreadPoolExecutor(_threads, thread_name_prefix="kafkalog-codec")
     cuts = [len(items) * i // k for i in range(k + 1)]
-    runs = [_pool.submit(lambda lo, hi: [fn(item) for item in items[lo:hi]], lo, hi)
-            for lo, hi in zip(cuts, cuts[1:])]
+    runs = [_pool.submit(lambda lo, hi: [fn(item) for item in items[lo:hi]], lo, hi) for lo, hi in zip(cuts, cuts[1:])]
     out = []
     for run in runs:  # in order: the first failing item's error is the one raised
         out.extend(run.result())
@@ -129,8 +128,11 @@ def compress_many(codec: CompressionType, items: list, *, level: int | None = No
 def decompress_many(items: list, *, max_bytes: int, source=None) -> list:
     """decompress_buffer over (codec, data, position) items, on the thread pool when large enough."""
     nbytes = sum(memoryview(item[1]).nbytes for item in items)
-    return _map(lambda item: decompress_buffer(item[0], item[1], max_bytes=max_bytes, source=source,
-                                               position=item[2]), items, nbytes)
+    return _map(
+        lambda item: decompress_buffer(item[0], item[1], max_bytes=max_bytes, source=source, position=item[2]),
+        items,
+        nbytes,
+    )
 
 
 def _xerial_compress(data) -> bytes:
@@ -138,7 +140,7 @@ def _xerial_compress(data) -> bytes:
     view = _u8(data)
     parts = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_CHUNK):  # one C call per 32 KiB chunk
-        block = raw.compress(view[start:start + XERIAL_CHUNK])
+        block = raw.compress(view[start : start + XERIAL_CHUNK])
         parts.append(struct.pack(">i", block.size))
         parts.append(block)
     return b"".join(parts)
@@ -149,7 +151,7 @@ def _lz4_frame_compress(data) -> bytes:
     view = _u8(data)
     parts = [LZ4_FRAME_HEADER]
     for start in range(0, len(view), LZ4_BLOCK):  # one C call per 64 KiB block
-        chunk = view[start:start + LZ4_BLOCK]
+        chunk = view[start : start + LZ4_BLOCK]
         block = raw.compress(chunk)
         if block.size >= len(chunk):  # incompressible: stored as is, high bit of the size set
             parts.append(struct.pack("<I", len(chunk) | _LZ4_UNCOMPRESSED))
@@ -172,7 +174,8 @@ def _too_large(codec, max_bytes, source, position, size=None) -> RecordTooLargeE
     got = f"{size} bytes" if size is not None else f"more than {max_bytes} bytes"
     return RecordTooLargeError(
         f"{codec.kafka_name} records decompress to {got}, above the limit of {max_bytes} (max.message.bytes)"
-        + _where(source, position))
+        + _where(source, position)
+    )
 
 
 def _corrupt(codec, detail, source, position) -> CorruptRecordError:
@@ -243,7 +246,7 @@ def zstd_content_size(data) -> int | None:
     fcs_size = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
     if fcs_size == 0 or len(view) < pos + fcs_size:
         return None
-    size = int.from_bytes(view[pos:pos + fcs_size], "little")
+    size = int.from_bytes(view[pos : pos + fcs_size], "little")
     return size + 256 if fcs_size == 2 else size
 
 
@@ -265,13 +268,13 @@ def _snappy_decompress(data, max_bytes, source, position):
     raw = _codec("snappy")
     view = _u8(data)
     end = len(view)
-    if end < len(XERIAL_MAGIC) or view[:len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+    if end < len(XERIAL_MAGIC) or view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
         blocks = [(0, end)]  # plain snappy, as Java's SnappyInputStream also accepts
     else:
         blocks = []
         pos = 0
         while pos < end:
-            if view[pos:pos + len(XERIAL_MAGIC)] == XERIAL_MAGIC:  # a (possibly concatenated) stream header
+            if view[pos : pos + len(XERIAL_MAGIC)] == XERIAL_MAGIC:  # a (possibly concatenated) stream header
                 if end - pos < len(XERIAL_HEADER):
                     raise _corrupt(codec, f"truncated xerial header at byte {pos}", source, position)
                 pos += len(XERIAL_HEADER)
@@ -280,8 +283,9 @@ def _snappy_decompress(data, max_bytes, source, position):
                 raise _corrupt(codec, f"truncated xerial chunk length at byte {pos}", source, position)
             (length,) = struct.unpack_from(">i", view, pos)
             if length < 0 or pos + 4 + length > end:
-                raise _corrupt(codec, f"xerial chunk length {length} at byte {pos} runs past the data",
-                               source, position)
+                raise _corrupt(
+                    codec, f"xerial chunk length {length} at byte {pos} runs past the data", source, position
+                )
             blocks.append((pos + 4, pos + 4 + length))
             pos += 4 + length
     sizes = []
@@ -295,8 +299,7 @@ def _snappy_decompress(data, max_bytes, source, position):
             raise _too_large(codec, max_bytes, source, position)
         sizes.append(size)
     try:
-        parts = [raw.decompress(view[start:stop], decompressed_size=size)
-                 for (start, stop), size in zip(blocks, sizes)]
+        parts = [raw.decompress(view[start:stop], decompressed_size=size) for (start, stop), size in zip(blocks, sizes)]
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _corrupt(codec, exc, source, position) from None
     if len(parts) == 1:

@@ -32,14 +32,16 @@ from .record_batch import (
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes default
 
 HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-RECORD_SCHEMA = pa.schema([
-    ("offset", pa.int64()),
-    ("timestamp", pa.int64()),
-    ("timestampType", pa.int32()),
-    ("key", pa.binary()),
-    ("value", pa.binary()),
-    ("headers", HEADER_TYPE),
-])
+RECORD_SCHEMA = pa.schema(
+    [
+        ("offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("timestampType", pa.int32()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", HEADER_TYPE),
+    ]
+)
 
 ERROR_MESSAGES = {
     K.E_TRUNCATED: "record runs past the end of the batch's records",
@@ -78,8 +80,7 @@ def _validity_buffer(valid: np.ndarray):
 
 def _binary_array(typ, lens, offsets, data):
     vbuf, nulls = _validity_buffer(lens >= 0)
-    return pa.Array.from_buffers(typ, lens.size, [vbuf, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                 null_count=nulls)
+    return pa.Array.from_buffers(typ, lens.size, [vbuf, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 # Decompressed record bytes (plus PER_RECORD_BYTES a record) decoded in one group. A group's peak is
@@ -90,17 +91,35 @@ PER_RECORD_BYTES = 96  # framing scratch and Arrow columns per record, beyond it
 MAX_WAVE = 64  # compressed batches decompressed together (in parallel), budget permitting
 
 
-def decode_batches(buf, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, verify_crc: bool = True,
-                   source=None, base_position: int = 0, skip_control: bool = True,
-                   min_offset: int | None = None, max_offset: int | None = None,
-                   scan: BatchScan | None = None) -> pa.RecordBatch:
+def decode_batches(
+    buf,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    verify_crc: bool = True,
+    source=None,
+    base_position: int = 0,
+    skip_control: bool = True,
+    min_offset: int | None = None,
+    max_offset: int | None = None,
+    scan: BatchScan | None = None,
+) -> pa.RecordBatch:
     """Decode every record of every complete batch in `buf` into one RECORD_SCHEMA RecordBatch.
 
     For data of any size prefer iter_decoded, whose memory is bounded by a budget; this joins its output.
     """
-    parts = list(iter_decoded(buf, max_message_bytes=max_message_bytes, verify_crc=verify_crc, source=source,
-                              base_position=base_position, skip_control=skip_control, min_offset=min_offset,
-                              max_offset=max_offset, scan=scan))
+    parts = list(
+        iter_decoded(
+            buf,
+            max_message_bytes=max_message_bytes,
+            verify_crc=verify_crc,
+            source=source,
+            base_position=base_position,
+            skip_control=skip_control,
+            min_offset=min_offset,
+            max_offset=max_offset,
+            scan=scan,
+        )
+    )
     if not parts:
         return empty_records()
     if len(parts) == 1:
@@ -108,10 +127,19 @@ def decode_batches(buf, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, v
     return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
 
-def iter_decoded(buf, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, verify_crc: bool = True,
-                 source=None, base_position: int = 0, skip_control: bool = True,
-                 min_offset: int | None = None, max_offset: int | None = None, scan: BatchScan | None = None,
-                 budget: int = DECODE_BUDGET_BYTES) -> Iterator[pa.RecordBatch]:
+def iter_decoded(
+    buf,
+    *,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    verify_crc: bool = True,
+    source=None,
+    base_position: int = 0,
+    skip_control: bool = True,
+    min_offset: int | None = None,
+    max_offset: int | None = None,
+    scan: BatchScan | None = None,
+    budget: int = DECODE_BUDGET_BYTES,
+) -> Iterator[pa.RecordBatch]:
     """Decode the records of the complete batches in `buf` as RECORD_SCHEMA RecordBatches, a group of
     batches at a time: a group holds at most `budget` bytes of decompressed records (each record
     counted PER_RECORD_BYTES more), plus one batch, so memory stays bounded whatever the batches
@@ -127,13 +155,15 @@ def iter_decoded(buf, *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, ver
         scan = scan_batches(arr)
     stop_error = None
     if scan.reason == SCAN_BAD_LENGTH:
-        length = int.from_bytes(arr[scan.end + 8:scan.end + 12].tobytes(), "big", signed=True)
+        length = int.from_bytes(arr[scan.end + 8 : scan.end + 12].tobytes(), "big", signed=True)
         if length >= RECORD_BATCH_OVERHEAD - 12:
-            stop_error = RecordTooLargeError(f"batch of {length + 12} bytes above the scan limit"
-                                             f" ({source}, position {scan.end + base_position})")
+            stop_error = RecordTooLargeError(
+                f"batch of {length + 12} bytes above the scan limit ({source}, position {scan.end + base_position})"
+            )
         else:
-            stop_error = CorruptRecordError(f"invalid batchLength {length}", source=source,
-                                            position=scan.end + base_position)
+            stop_error = CorruptRecordError(
+                f"invalid batchLength {length}", source=source, position=scan.end + base_position
+            )
     if not len(scan):
         if stop_error is not None:
             raise stop_error
@@ -181,17 +211,26 @@ class _Batches:
         self.codecs = self.attrs & COMPRESSION_CODEC_MASK
 
     def fail(self, i: int, message: str) -> CorruptRecordError:
-        return CorruptRecordError(f"{message} in batch at offset {int(self.base[i])}", source=self.source,
-                                  position=int(self.positions[i]) + self.base_position)
+        return CorruptRecordError(
+            f"{message} in batch at offset {int(self.base[i])}",
+            source=self.source,
+            position=int(self.positions[i]) + self.base_position,
+        )
 
     def first_bad(self, in_range: np.ndarray, verify_crc: bool) -> tuple[int, CorruptRecordError | None]:
         """(index, error) of the first batch in range failing the header checks or its CRC; (n, None)."""
         h, n = self.h, len(self.scan)
         checks = [
-            (h["magic"] != MAGIC_V2, lambda i: f"unsupported magic {int(h['magic'][i])} (only v2 batches are "
-                                               f"supported)"),
-            ((self.deltas < 0) | (self.counts < 0) | (self.counts > self.deltas + 1),
-             lambda i: f"inconsistent batch: recordCount {int(self.counts[i])}, lastOffsetDelta {int(self.deltas[i])}"),
+            (
+                h["magic"] != MAGIC_V2,
+                lambda i: f"unsupported magic {int(h['magic'][i])} (only v2 batches are supported)",
+            ),
+            (
+                (self.deltas < 0) | (self.counts < 0) | (self.counts > self.deltas + 1),
+                lambda i: (
+                    f"inconsistent batch: recordCount {int(self.counts[i])}, lastOffsetDelta {int(self.deltas[i])}"
+                ),
+            ),
             (self.codecs > CompressionType.ZSTD, lambda i: f"unknown compression codec {int(self.codecs[i])}"),
         ]
         first, message = n, None
@@ -203,8 +242,11 @@ class _Batches:
             todo = in_range[in_range < first]
             starts = (self.positions[todo] + ATTRIBUTES_OFFSET).tolist()
             ends = (self.positions[todo] + self.sizes[todo]).tolist()
-            actual = np.fromiter((_crc32c.crc32c(self.view[a:b]) for a, b in zip(starts, ends)),  # one C call per batch
-                                 np.uint32, todo.size)
+            actual = np.fromiter(
+                (_crc32c.crc32c(self.view[a:b]) for a, b in zip(starts, ends)),  # one C call per batch
+                np.uint32,
+                todo.size,
+            )
             bad = np.flatnonzero(actual != h["crc"][todo])
             if bad.size:
                 i, got = int(todo[bad[0]]), int(actual[bad[0]])
@@ -232,9 +274,14 @@ class _Batches:
             while i < idx.size and len(wave) < room and self.codecs[int(idx[i])] != 0:
                 wave.append(int(idx[i]))
                 i += 1
-            work = [(CompressionType(int(self.codecs[k])), self.view[int(self.positions[k]) + RECORD_BATCH_OVERHEAD:
-                                                                    int(self.positions[k] + self.sizes[k])],
-                     int(self.positions[k]) + self.base_position) for k in wave]
+            work = [
+                (
+                    CompressionType(int(self.codecs[k])),
+                    self.view[int(self.positions[k]) + RECORD_BATCH_OVERHEAD : int(self.positions[k] + self.sizes[k])],
+                    int(self.positions[k]) + self.base_position,
+                )
+                for k in wave
+            ]
             try:
                 outs = decompress_many(work, max_bytes=max_bytes, source=self.source)
             except (CorruptRecordError, RecordTooLargeError):
@@ -261,7 +308,7 @@ class _Batches:
         if all(p is None for p in pieces):
             src, area_start, area_end = arr, rec_start, rec_end
         else:
-            parts = [arr[int(rec_start[j]):int(rec_end[j])] if p is None else p for j, p in enumerate(pieces)]
+            parts = [arr[int(rec_start[j]) : int(rec_end[j])] if p is None else p for j, p in enumerate(pieces)]
             lengths = np.array([p.size for p in parts], np.int64)
             area_end = np.cumsum(lengths)
             area_start = area_end - lengths
@@ -270,24 +317,36 @@ class _Batches:
             else:  # one buffer for the kernel, from Arrow's pool (it reuses memory; fresh pages are slow)
                 src = np.frombuffer(pa.allocate_buffer(int(area_end[-1])), np.uint8)
                 for j, part in enumerate(parts):
-                    src[area_start[j]:area_end[j]] = part
+                    src[area_start[j] : area_end[j]] = part
                     parts[j] = None
                     if pieces[j] is not None:  # in place: the decompressed copy is freed, a view of src stays
-                        pieces[j] = src[area_start[j]:area_end[j]]
+                        pieces[j] = src[area_start[j] : area_end[j]]
             del parts
         counts = self.counts[group]
         bad = np.flatnonzero(counts * K.MIN_RECORD_BYTES > area_end - area_start)
         if bad.size:  # checked before the kernel allocates by recordCount
             j = int(bad[0])
             yield from self._prefix(group, pieces, j, lo, hi)
-            raise self.fail(int(group[j]), f"recordCount {int(counts[j])} cannot fit in"
-                                           f" {int(area_end[j] - area_start[j])} bytes of records")
+            raise self.fail(
+                int(group[j]),
+                f"recordCount {int(counts[j])} cannot fit in {int(area_end[j] - area_start[j])} bytes of records",
+            )
         attrs = self.attrs[group]
-        ts_override = np.where((attrs & TIMESTAMP_TYPE_MASK) != 0, self.h["max_timestamp"][group].astype(np.int64),
-                               _INT64_MIN)
+        ts_override = np.where(
+            (attrs & TIMESTAMP_TYPE_MASK) != 0, self.h["max_timestamp"][group].astype(np.int64), _INT64_MIN
+        )
         recs, hdrs, n, m, err, err_pos, err_batch = K.frame_records(
-            src, area_start, area_end, counts, self.deltas[group], self.base[group],
-            self.h["base_timestamp"][group].astype(np.int64), ts_override, lo, hi)
+            src,
+            area_start,
+            area_end,
+            counts,
+            self.deltas[group],
+            self.base[group],
+            self.h["base_timestamp"][group].astype(np.int64),
+            ts_override,
+            lo,
+            hi,
+        )
         if err:
             j = int(err_batch)
             yield from self._prefix(group, pieces, j, lo, hi)
@@ -295,15 +354,19 @@ class _Batches:
             offset_in = int(err_pos - area_start[j])
             i = int(group[j])
             if pieces[j] is None:  # the records are the file's own bytes: name the exact position
-                raise CorruptRecordError(f"{message} in batch at offset {int(self.base[i])}", source=self.source,
-                                         position=int(rec_start[j]) + offset_in + self.base_position)
+                raise CorruptRecordError(
+                    f"{message} in batch at offset {int(self.base[i])}",
+                    source=self.source,
+                    position=int(rec_start[j]) + offset_in + self.base_position,
+                )
             raise self.fail(i, f"{message} at byte {offset_in} of the decompressed records")
         if n == 0:
             return
         ok, ko, kd, vo, vd, hko, hkd, hvo, hvd, lo_ = K.gather_records(src, recs, n, hdrs, m)
         if not ok:
-            raise RecordTooLargeError(f"decoded records exceed 2 GiB in one column ({self.source}); decode fewer "
-                                      f"batches")
+            raise RecordTooLargeError(
+                f"decoded records exceed 2 GiB in one column ({self.source}); decode fewer batches"
+            )
         recs = recs[:, :n]
         hdrs = hdrs[:, :m]
         hk = _binary_array(pa.string(), hdrs[1], hko, hkd)
@@ -317,14 +380,15 @@ class _Batches:
         ts_type = ((attrs & TIMESTAMP_TYPE_MASK) != 0).astype(np.int32)[recs[2]]
         key = _binary_array(pa.binary(), recs[4], ko, kd)
         value = _binary_array(pa.binary(), recs[6], vo, vd)
-        entries = pa.StructArray.from_arrays([hk, _binary_array(pa.binary(), hdrs[3], hvo, hvd)],
-                                             fields=list(HEADER_TYPE.value_type))
+        entries = pa.StructArray.from_arrays(
+            [hk, _binary_array(pa.binary(), hdrs[3], hvo, hvd)], fields=list(HEADER_TYPE.value_type)
+        )
         vbuf, nulls = _validity_buffer(recs[7] > 0)  # no headers -> null, as Spark's Kafka source gives
-        headers = pa.Array.from_buffers(HEADER_TYPE, n, [vbuf, pa.py_buffer(lo_)], null_count=nulls,
-                                        children=[entries])
+        headers = pa.Array.from_buffers(HEADER_TYPE, n, [vbuf, pa.py_buffer(lo_)], null_count=nulls, children=[entries])
         yield pa.RecordBatch.from_arrays(
             [pa.array(recs[0].copy()), pa.array(recs[1].copy()), pa.array(ts_type), key, value, headers],
-            schema=RECORD_SCHEMA)  # copies: the framing scratch (8 int64 per record) is not kept alive
+            schema=RECORD_SCHEMA,
+        )  # copies: the framing scratch (8 int64 per record) is not kept alive
 
     def _prefix(self, group: np.ndarray, pieces: list, j: int, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
         """The records of the first j batches of a group (before a bad one)."""
@@ -337,7 +401,7 @@ class _Batches:
         raw = bytes(data)
         for k in range(len(offsets) - 1):  # per header, only when one is bad
             try:
-                raw[int(offsets[k]):int(offsets[k + 1])].decode("utf-8")
+                raw[int(offsets[k]) : int(offsets[k + 1])].decode("utf-8")
             except UnicodeDecodeError:
                 r = int(np.searchsorted(np.asarray(list_offsets), k, side="right")) - 1
                 return int(record_batch[r])

@@ -129,7 +129,8 @@ class RecordBatchHeader:
         if len(buf) - pos < RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"truncated batch header: {len(buf) - pos} bytes, need {RECORD_BATCH_OVERHEAD}",
-                source=source, position=pos,
+                source=source,
+                position=pos,
             )
         return cls(*HEADER_STRUCT.unpack_from(buf, pos), position=pos)
 
@@ -193,7 +194,7 @@ def set_partition_leader_epoch(batch: bytearray | memoryview, pos: int, epoch: i
 
 def set_log_append_time(batch: bytearray | memoryview, pos: int, size: int, now_ms: int) -> None:
     """Stamp LogAppendTime: set attribute bit 3 and maxTimestamp, then recompute the CRC."""
-    view = memoryview(batch)[pos:pos + size]
+    view = memoryview(batch)[pos : pos + size]
     (attributes,) = struct.unpack_from(">h", view, ATTRIBUTES_OFFSET)
     struct.pack_into(">h", view, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
     struct.pack_into(">q", view, MAX_TIMESTAMP_OFFSET, now_ms)
@@ -223,8 +224,12 @@ def _walk_batches(buf, start, end, max_batch_size, max_batches):
         if end - pos < LOG_OVERHEAD:
             reason = 1
             break
-        length = (np.int64(buf[pos + 8]) << 24) | (np.int64(buf[pos + 9]) << 16) | (
-            np.int64(buf[pos + 10]) << 8) | np.int64(buf[pos + 11])
+        length = (
+            (np.int64(buf[pos + 8]) << 24)
+            | (np.int64(buf[pos + 9]) << 16)
+            | (np.int64(buf[pos + 10]) << 8)
+            | np.int64(buf[pos + 11])
+        )
         if length >= 2147483648:
             length -= 4294967296
         size = length + LOG_OVERHEAD
@@ -274,8 +279,9 @@ class BatchScan:
 
     def header(self, i: int, base_position: int = 0) -> RecordBatchHeader:
         row = self.headers[i]
-        return RecordBatchHeader(*(int(row[name]) for name in HEADER_DTYPE.names),
-                                 position=int(self.positions[i]) + base_position)
+        return RecordBatchHeader(
+            *(int(row[name]) for name in HEADER_DTYPE.names), position=int(self.positions[i]) + base_position
+        )
 
 
 def as_uint8(buf) -> np.ndarray:
@@ -284,8 +290,9 @@ def as_uint8(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
-def scan_batches(buf, start: int = 0, end: int | None = None, *, max_batch_size: int = 2**31 - 1,
-                 max_batches: int | None = None) -> BatchScan:
+def scan_batches(
+    buf, start: int = 0, end: int | None = None, *, max_batch_size: int = 2**31 - 1, max_batches: int | None = None
+) -> BatchScan:
     """Find the complete batches in `buf[start:end]` by walking batchLength fields (no CRC check).
 
     Headers are gathered into one numpy array; `reason` tells whether the walk hit the end, a
@@ -306,9 +313,16 @@ def scan_batches(buf, start: int = 0, end: int | None = None, *, max_batch_size:
     return BatchScan(positions=positions, headers=headers, end=int(stop), reason=int(reason))
 
 
-def validate_batches(buf, scan: BatchScan, *, source: str | None = None, base_position: int = 0,
-                     check_crc: bool = True, check_offsets: bool = True,
-                     expected_first_offset: int | None = None) -> None:
+def validate_batches(
+    buf,
+    scan: BatchScan,
+    *,
+    source: str | None = None,
+    base_position: int = 0,
+    check_crc: bool = True,
+    check_offsets: bool = True,
+    expected_first_offset: int | None = None,
+) -> None:
     """Check magic, CRC, record counts and offset order of scanned batches; raise at the first bad one.
 
     An append's input carries placeholder offsets: check_offsets=False skips the order check.
@@ -322,15 +336,20 @@ def validate_batches(buf, scan: BatchScan, *, source: str | None = None, base_po
     bad = np.flatnonzero(magic != MAGIC_V2)
     if bad.size:
         i = int(bad[0])
-        raise CorruptRecordError(f"unsupported magic {int(magic[i])} (only v2 batches are supported)",
-                                 source=source, position=int(scan.positions[i]) + base_position)
+        raise CorruptRecordError(
+            f"unsupported magic {int(magic[i])} (only v2 batches are supported)",
+            source=source,
+            position=int(scan.positions[i]) + base_position,
+        )
     codecs = h["attributes"].astype(np.int64) & COMPRESSION_CODEC_MASK
     bad = np.flatnonzero(codecs > CompressionType.ZSTD)
     if bad.size:
         i = int(bad[0])
-        raise CorruptRecordError(f"unknown compression codec {int(codecs[i])} in batch at offset "
-                                 f"{int(h['base_offset'][i])}", source=source,
-                                 position=int(scan.positions[i]) + base_position)
+        raise CorruptRecordError(
+            f"unknown compression codec {int(codecs[i])} in batch at offset {int(h['base_offset'][i])}",
+            source=source,
+            position=int(scan.positions[i]) + base_position,
+        )
     deltas = h["last_offset_delta"].astype(np.int64)
     counts = h["record_count"].astype(np.int64)
     # recordCount may be below lastOffsetDelta + 1 (compaction leaves gaps, even empty batches)
@@ -339,25 +358,32 @@ def validate_batches(buf, scan: BatchScan, *, source: str | None = None, base_po
         i = int(bad[0])
         raise CorruptRecordError(
             f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}",
-            source=source, position=int(scan.positions[i]) + base_position)
+            source=source,
+            position=int(scan.positions[i]) + base_position,
+        )
     base = h["base_offset"].astype(np.int64)
     last = base + deltas
-    prev_last = np.concatenate(([(expected_first_offset - 1) if expected_first_offset is not None
-                                 else np.iinfo(np.int64).min], last[:-1]))
+    prev_last = np.concatenate(
+        ([(expected_first_offset - 1) if expected_first_offset is not None else np.iinfo(np.int64).min], last[:-1])
+    )
     bad = np.flatnonzero(base <= prev_last) if check_offsets else np.empty(0, np.int64)
     if bad.size:
         i = int(bad[0])
         raise CorruptRecordError(
             f"offsets out of order: batch baseOffset {int(base[i])} after lastOffset {int(prev_last[i])}",
-            source=source, position=int(scan.positions[i]) + base_position)
+            source=source,
+            position=int(scan.positions[i]) + base_position,
+        )
     if check_crc:
         view = memoryview(as_uint8(buf))
         sizes = scan.sizes
         crcs = h["crc"]
         for i in range(len(scan)):  # one C call per batch, not per record
             p = int(scan.positions[i])
-            actual = _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET:p + int(sizes[i])])
+            actual = _crc32c.crc32c(view[p + ATTRIBUTES_OFFSET : p + int(sizes[i])])
             if actual != int(crcs[i]):
                 raise CorruptRecordError(
                     f"CRC mismatch in batch at offset {int(base[i])}: stored {int(crcs[i])}, computed {actual}",
-                    source=source, position=p + base_position)
+                    source=source,
+                    position=p + base_position,
+                )

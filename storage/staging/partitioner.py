@@ -31,8 +31,12 @@ def _murmur2_u32(data, start, end):  # pragma: no cover - jitted
     n4 = length // 4
     for i in range(n4):
         p = start + 4 * i
-        k = (np.uint64(data[p]) | (np.uint64(data[p + 1]) << _S8) | (np.uint64(data[p + 2]) << _S16)
-             | (np.uint64(data[p + 3]) << _R))
+        k = (
+            np.uint64(data[p])
+            | (np.uint64(data[p + 1]) << _S8)
+            | (np.uint64(data[p + 2]) << _S16)
+            | (np.uint64(data[p + 3]) << _R)
+        )
         k = (k * _M) & _MASK32
         k ^= k >> _R
         k = (k * _M) & _MASK32
@@ -54,8 +58,9 @@ def _murmur2_u32(data, start, end):  # pragma: no cover - jitted
 
 
 @njit(nogil=True)
-def _partition_kernel(offsets, data, validity, bit_offset, has_validity, num_partitions, null_start,
-                      out):  # pragma: no cover - jitted
+def _partition_kernel(
+    offsets, data, validity, bit_offset, has_validity, num_partitions, null_start, out
+):  # pragma: no cover - jitted
     """Fill out[i] for each key; returns -1 on success or the index of a key whose offsets are bad."""
     n = out.shape[0]
     data_len = data.shape[0]
@@ -92,13 +97,20 @@ def partition_for_key(key: bytes | str, num_partitions: int) -> int:
 
 
 def _check_num_partitions(num_partitions) -> None:
-    if isinstance(num_partitions, bool) or not isinstance(num_partitions, (int, np.integer)) \
-            or not 1 <= int(num_partitions) <= _INT_MAX:
+    if (
+        isinstance(num_partitions, bool)
+        or not isinstance(num_partitions, (int, np.integer))
+        or not 1 <= int(num_partitions) <= _INT_MAX
+    ):
         raise ValueError(f"num_partitions must be an int in [1, 2**31-1], got {num_partitions!r}")
 
 
-_OFFSET_DTYPES = {pa.binary(): np.int32, pa.string(): np.int32, pa.large_binary(): np.int64,
-                  pa.large_string(): np.int64}
+_OFFSET_DTYPES = {
+    pa.binary(): np.int32,
+    pa.string(): np.int32,
+    pa.large_binary(): np.int64,
+    pa.large_string(): np.int64,
+}
 
 
 def _chunk_partitions(arr: pa.Array, num_partitions: int, null_start: int, out: np.ndarray) -> int:
@@ -113,7 +125,7 @@ def _chunk_partitions(arr: pa.Array, num_partitions: int, null_start: int, out: 
     offsets = np.frombuffer(offsets_buf, dtype=odt)
     if offsets.shape[0] < arr.offset + n + 1:
         raise ValueError(f"key array offsets buffer too short ({offsets.shape[0]} for {arr.offset + n + 1})")
-    offsets = offsets[arr.offset: arr.offset + n + 1]  # slices share buffers; arr.offset is in elements
+    offsets = offsets[arr.offset : arr.offset + n + 1]  # slices share buffers; arr.offset is in elements
     data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None and data_buf.size else np.empty(0, np.uint8)
     has_validity = validity_buf is not None and arr.null_count > 0
     validity = np.frombuffer(validity_buf, dtype=np.uint8) if has_validity else np.empty(1, np.uint8)
@@ -142,9 +154,15 @@ def partition_for_keys(keys, num_partitions: int, *, null_key_start: int = 0) ->
         keys = pa.array(keys)
     if pa.types.is_dictionary(keys.type):
         keys = keys.cast(keys.type.value_type)
-    if not (pa.types.is_binary(keys.type) or pa.types.is_string(keys.type) or pa.types.is_large_binary(keys.type)
-            or pa.types.is_large_string(keys.type) or pa.types.is_binary_view(keys.type)
-            or pa.types.is_string_view(keys.type) or pa.types.is_null(keys.type)):
+    if not (
+        pa.types.is_binary(keys.type)
+        or pa.types.is_string(keys.type)
+        or pa.types.is_large_binary(keys.type)
+        or pa.types.is_large_string(keys.type)
+        or pa.types.is_binary_view(keys.type)
+        or pa.types.is_string_view(keys.type)
+        or pa.types.is_null(keys.type)
+    ):
         raise TypeError(f"keys must be an Arrow binary or string array, got {keys.type}")
     out = np.empty(len(keys), dtype=np.int32)
     if pa.types.is_null(keys.type):  # every key null
@@ -154,7 +172,7 @@ def partition_for_keys(keys, num_partitions: int, *, null_key_start: int = 0) ->
     pos = 0
     for chunk in chunks:  # per chunk, not per record
         n = len(chunk)
-        nulls = _chunk_partitions(chunk, num_partitions, null_start, out[pos: pos + n])
+        nulls = _chunk_partitions(chunk, num_partitions, null_start, out[pos : pos + n])
         null_start = (null_start + nulls) % num_partitions
         pos += n
     return out

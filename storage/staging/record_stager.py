@@ -32,8 +32,11 @@ COALESCE_BYTES = 16 * 1024 * 1024  # ... or this much Arrow data, whichever come
 ADOPT_MIN_BYTES = 16 * 1024 * 1024  # a staging log this big (or half a segment) is adopted, not copied
 STAGE_OBJECT_BYTES = 32 * 1024 * 1024  # immutable staging: a partition's batches become an object at this size
 STAGE_MEMORY_BYTES = 128 * 1024 * 1024  # ... and the biggest buffer is written when a task holds this much
-_BOUND_KEYS = ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
-               "message.timestamp.difference.max.ms")
+_BOUND_KEYS = (
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms",
+)
 
 
 def staged_name(writer_id: int) -> str:
@@ -86,8 +89,17 @@ class _ObjectStaging:
         path = self.fs.join(self.dir, segment_file_name(self.next_offset, LOG_FILE_SUFFIX))
         self.fs.write_atomic(path, buf, durable=False)
         nxt = int(bases[-1] + counts[-1])
-        self.segments.append(StagedSegment(self.dir, self.next_offset, nxt, len(buf), scan.positions.copy(), bases,
-                                           int(scan.headers["max_timestamp"].astype(np.int64).max())))
+        self.segments.append(
+            StagedSegment(
+                self.dir,
+                self.next_offset,
+                nxt,
+                len(buf),
+                scan.positions.copy(),
+                bases,
+                int(scan.headers["max_timestamp"].astype(np.int64).max()),
+            )
+        )
         self.next_offset = nxt
 
 
@@ -95,9 +107,19 @@ class RecordStager:
     """Routes, encodes and stages one task's rows. Columns: value, and optionally key, timestamp,
     headers, topic, partition (as Spark's Kafka sink takes them)."""
 
-    def __init__(self, lm: LogManager, writer_id: int, *, topic: str | None, compression: CompressionType,
-                 new_topic_config: dict | None = None, new_topic_partitions: int = 1, task_index: int = 0,
-                 max_batch_bytes: int | None = None, compression_level: int | None = None):
+    def __init__(
+        self,
+        lm: LogManager,
+        writer_id: int,
+        *,
+        topic: str | None,
+        compression: CompressionType,
+        new_topic_config: dict | None = None,
+        new_topic_partitions: int = 1,
+        task_index: int = 0,
+        max_batch_bytes: int | None = None,
+        compression_level: int | None = None,
+    ):
         self.lm = lm
         self.writer_id = writer_id
         self.topic = topic
@@ -152,8 +174,9 @@ class RecordStager:
             topics = table.column("topic")
             if topics.null_count:
                 i = int(np.flatnonzero(topics.is_null().to_numpy(zero_copy_only=False))[0])
-                raise InvalidConfigError(f"row {first_row + i} of the task's input has a null topic and no 'topic' "
-                                         f"option is set")
+                raise InvalidConfigError(
+                    f"row {first_row + i} of the task's input has a null topic and no 'topic' option is set"
+                )
             for name in pc.unique(topics).to_pylist():  # per topic, not per row
                 mask = pc.equal(topics, name)
                 self._add_topic(table.filter(mask), name)
@@ -166,13 +189,16 @@ class RecordStager:
         if "partition" in table.column_names and table.column("partition").null_count < n:
             explicit = table.column("partition")
             parts = pc.fill_null(explicit, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-            bad = np.flatnonzero((parts >= num_partitions) | ((parts < 0) & ~explicit.is_null().to_numpy(
-                zero_copy_only=False)))
+            bad = np.flatnonzero(
+                (parts >= num_partitions) | ((parts < 0) & ~explicit.is_null().to_numpy(zero_copy_only=False))
+            )
             if bad.size:
                 i = int(bad[0])
                 row = f"row {first_row + i} of the task's input" if first_row is not None else "a row"
-                raise InvalidConfigError(f"{row}: partition {int(parts[i])} does not exist: topic '{topic}' has "
-                                         f"{num_partitions} partition(s)")
+                raise InvalidConfigError(
+                    f"{row}: partition {int(parts[i])} does not exist: topic '{topic}' has "
+                    f"{num_partitions} partition(s)"
+                )
             missing = parts < 0
         else:
             parts = np.full(n, -1, np.int64)
@@ -194,8 +220,14 @@ class RecordStager:
         if level is None:
             level = self._configs[topic].compression_level(self.compression)
         for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
-            data, scan = encode_records(body.slice(a, b - a), compression=self.compression, compression_level=level,
-                                        producer_id=self.writer_id, producer_epoch=0, max_batch_bytes=max_bytes)
+            data, scan = encode_records(
+                body.slice(a, b - a),
+                compression=self.compression,
+                compression_level=level,
+                producer_id=self.writer_id,
+                producer_epoch=0,
+                max_batch_bytes=max_bytes,
+            )
             self._write(topic, int(parts[a]), data, scan, b - a)
 
     def _write(self, topic: str, partition: int, data, scan, records: int) -> None:
@@ -217,8 +249,9 @@ class RecordStager:
                 seg = LogSegment.create(fs, d, 0, **segment_settings(config))
                 seg.appended = []
                 seg.bulk_writes = True
-                staging = Log(fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0,
-                              writable=True)
+                staging = Log(
+                    fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0, writable=True
+                )
                 staging.track_batches = staging.bulk_writes = True
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
@@ -232,8 +265,11 @@ class RecordStager:
     def _adoptable(self, staging: Log) -> bool:
         config = self._configs[staging.tp.topic]
         threshold = min(ADOPT_MIN_BYTES, max(1, config.segment_bytes // 2))
-        return (staging.size >= threshold and config.message_timestamp_type == "CreateTime"
-                and self.lm.fs.capabilities.atomic_rename)
+        return (
+            staging.size >= threshold
+            and config.message_timestamp_type == "CreateTime"
+            and self.lm.fs.capabilities.atomic_rename
+        )
 
     def finish(self) -> StagedFile | None:
         """Close the staging logs (fsync the ones the commit will adopt); None when the task had no rows."""
@@ -255,8 +291,11 @@ class RecordStager:
                 nxt = staging.segments[i + 1].base_offset if i + 1 < len(staging.segments) else staging.log_end_offset
                 positions = np.concatenate([p for p, _ in seg.appended]) if seg.appended else np.zeros(0, np.int64)
                 bases = np.concatenate([b for _, b in seg.appended]) if seg.appended else np.zeros(0, np.int64)
-                segments.append(StagedSegment(staging.dir, seg.base_offset, nxt, seg.size, positions, bases,
-                                              seg.max_timestamp_so_far))
+                segments.append(
+                    StagedSegment(
+                        staging.dir, seg.base_offset, nxt, seg.size, positions, bases, seg.max_timestamp_so_far
+                    )
+                )
                 seg.close(fsync=adopt)  # rolled ones were fsynced on roll; no final time entry here
             staging.closed = True
             parts.append(StagedPartition(tp.topic, tp.partition, tuple(segments), rows, adopt))

@@ -78,9 +78,16 @@ class CommitResult:
     records: int = 0
 
 
-def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[StagedFile], *,
-                  ephemeral: bool = False, lock_timeout: float | None = 600.0,
-                  conflict_retries: int = CONFLICT_RETRIES) -> CommitResult:
+def commit_staged(
+    lm: LogManager,
+    writer_id: int,
+    batch_id: int,
+    staged: list[StagedFile],
+    *,
+    ephemeral: bool = False,
+    lock_timeout: float | None = 600.0,
+    conflict_retries: int = CONFLICT_RETRIES,
+) -> CommitResult:
     """Append every staged partition log, exactly once per (writer, batch, partition); then drop the files.
 
     Partitions are committed one at a time, each under its write lock; a crash between two leaves
@@ -96,18 +103,35 @@ def commit_staged(lm: LogManager, writer_id: int, batch_id: int, staged: list[St
             by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
     immutable = immutable_segments(lm.fs)
     with lm.snapshot():  # topic and checkpoint files read once, recovery points written once
-        _commit_partitions(lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, conflict_retries,
-                           immutable)
+        _commit_partitions(lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, conflict_retries, immutable)
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
 
 
-def _commit_partitions(lm: LogManager, by_tp: dict, writer_id: int, batch_id: int, result: CommitResult,
-                       ephemeral: bool, lock_timeout: float | None, conflict_retries: int, immutable: bool) -> None:
+def _commit_partitions(
+    lm: LogManager,
+    by_tp: dict,
+    writer_id: int,
+    batch_id: int,
+    result: CommitResult,
+    ephemeral: bool,
+    lock_timeout: float | None,
+    conflict_retries: int,
+    immutable: bool,
+) -> None:
     for tp in sorted(by_tp):
         if immutable:
-            _commit_immutable(lm, tp, by_tp[tp], writer_id, batch_id, result, ephemeral=ephemeral,
-                              lock_timeout=lock_timeout, retries=conflict_retries)
+            _commit_immutable(
+                lm,
+                tp,
+                by_tp[tp],
+                writer_id,
+                batch_id,
+                result,
+                ephemeral=ephemeral,
+                lock_timeout=lock_timeout,
+                retries=conflict_retries,
+            )
             continue
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
@@ -153,9 +177,18 @@ def _append_pieces(lm: LogManager, plog, pieces: list[StagedPartition]) -> None:
     flush_pending()
 
 
-def _commit_immutable(lm: LogManager, tp: TopicPartition, pieces: list[StagedPartition], writer_id: int,
-                      batch_id: int, result: CommitResult, *, ephemeral: bool, lock_timeout: float | None,
-                      retries: int) -> None:
+def _commit_immutable(
+    lm: LogManager,
+    tp: TopicPartition,
+    pieces: list[StagedPartition],
+    writer_id: int,
+    batch_id: int,
+    result: CommitResult,
+    *,
+    ephemeral: bool,
+    lock_timeout: float | None,
+    retries: int,
+) -> None:
     """One partition's commit on immutable segments: check, stamp, append as one object; on a lost race
     reopen, check again (the winner may have been a replay of this very batch) and retry."""
     data = None
@@ -180,8 +213,14 @@ def _commit_immutable(lm: LogManager, tp: TopicPartition, pieces: list[StagedPar
             try:
                 plog.append(data)  # patched in place (offsets, LogAppendTime); every attempt redoes all of it
             except ConcurrentAppendError as e:
-                log.info("%s: batch %d of writer %d lost offset %d to another writer (attempt %d); retrying",
-                         tp, batch_id, writer_id, first, attempt + 1)
+                log.info(
+                    "%s: batch %d of writer %d lost offset %d to another writer (attempt %d); retrying",
+                    tp,
+                    batch_id,
+                    writer_id,
+                    first,
+                    attempt + 1,
+                )
                 lost = e
                 continue
             state.complete(writer_id)
@@ -190,20 +229,31 @@ def _commit_immutable(lm: LogManager, tp: TopicPartition, pieces: list[StagedPar
             result.appended[tp] = (first, plog.log_end_offset - 1)
             result.records += sum(p.records for p in pieces)
             return
-    raise ConcurrentAppendError(f"{tp.topic}-{tp.partition}: batch {batch_id} of writer {writer_id} lost the race for "
-                                f"the log end to other writers {max(1, retries)} times (last at offset {lost.offset}); "
-                                f"nothing of it was appended", topic=tp.topic, partition=tp.partition,
-                                offset=lost.offset)
+    raise ConcurrentAppendError(
+        f"{tp.topic}-{tp.partition}: batch {batch_id} of writer {writer_id} lost the race for "
+        f"the log end to other writers {max(1, retries)} times (last at offset {lost.offset}); "
+        f"nothing of it was appended",
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=lost.offset,
+    )
 
 
-def _read_stamped(lm: LogManager, tp: TopicPartition, pieces: list[StagedPartition], writer_id: int, batch_id: int,
-                  max_batch_size: int) -> bytearray:
+def _read_stamped(
+    lm: LogManager,
+    tp: TopicPartition,
+    pieces: list[StagedPartition],
+    writer_id: int,
+    batch_id: int,
+    max_batch_size: int,
+) -> bytearray:
     data = bytearray()
     for piece in pieces:
         for chunk in read_staged(lm, piece):
             data += chunk
-    stamp_commit(data, writer_id, batch_id, max_batch_size=max_batch_size,
-                 source=f"staged batches of {tp.topic}-{tp.partition}")
+    stamp_commit(
+        data, writer_id, batch_id, max_batch_size=max_batch_size, source=f"staged batches of {tp.topic}-{tp.partition}"
+    )
     return data
 
 
@@ -218,8 +268,10 @@ def _check_staged(lm: LogManager, piece: StagedPartition) -> None:
         path = lm.fs.join(seg.dir, segment_file_name(seg.base_offset, LOG_FILE_SUFFIX))
         size = lm.fs.size(path) if lm.fs.exists(path) else None
         if size != seg.size:
-            raise KafkaStorageError(f"staged segment {lm.url(path)} holds {size} bytes, its commit message says "
-                                    f"{seg.size}; nothing was appended")
+            raise KafkaStorageError(
+                f"staged segment {lm.url(path)} holds {size} bytes, its commit message says "
+                f"{seg.size}; nothing was appended"
+            )
 
 
 def read_staged(lm: LogManager, piece: StagedPartition):
@@ -231,13 +283,16 @@ def read_staged(lm: LogManager, piece: StagedPartition):
         start = 0
         while start < seg.size:
             # the last batch end within the chunk budget (at least one batch)
-            k = max(int(np.searchsorted(ends, start + APPEND_CHUNK_BYTES, side="right")),
-                    int(np.searchsorted(ends, start, side="right")) + 1)
+            k = max(
+                int(np.searchsorted(ends, start + APPEND_CHUNK_BYTES, side="right")),
+                int(np.searchsorted(ends, start, side="right")) + 1,
+            )
             end = int(ends[k - 1])
             data = lm.fs.read(path, start, end)
             if len(data) != end - start:
-                raise KafkaStorageError(f"staged segment {lm.url(path)} is shorter than its commit message says "
-                                        f"({start}..{end})")
+                raise KafkaStorageError(
+                    f"staged segment {lm.url(path)} is shorter than its commit message says ({start}..{end})"
+                )
             yield bytearray(data)
             start = end
 

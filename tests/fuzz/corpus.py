@@ -68,8 +68,9 @@ def gen_rows(rng: random.Random, n: int, index0: int, keyspace: int | None = Non
         value = None if r < 0.08 else (b"" if r < 0.12 else _rand_text(rng, 8, 120))
         headers = []
         for h in range(rng.choice([0, 0, 0, 1, 2, 3])):
-            headers.append({"key": f"h{h}-{rng.randrange(100)}",
-                            "value": None if rng.random() < 0.2 else _rand_text(rng, 0, 12)})
+            headers.append(
+                {"key": f"h{h}-{rng.randrange(100)}", "value": None if rng.random() < 0.2 else _rand_text(rng, 0, 12)}
+            )
         ts = TS0 + j * 1000 + (rng.randint(-5000, 0) if rng.random() < 0.15 else rng.randint(0, 999))
         rows.append({"key": key, "value": value, "timestamp": ts, "headers": headers})
     return rows
@@ -79,20 +80,26 @@ def _table(rows):
     import pyarrow as pa
 
     htype = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-    return pa.table({
-        "key": pa.array([r["key"] for r in rows], pa.binary()),
-        "value": pa.array([r["value"] for r in rows], pa.binary()),
-        "timestamp": pa.array([r["timestamp"] for r in rows], pa.int64()),
-        "headers": pa.array([r["headers"] for r in rows], htype),
-    })
+    return pa.table(
+        {
+            "key": pa.array([r["key"] for r in rows], pa.binary()),
+            "value": pa.array([r["value"] for r in rows], pa.binary()),
+            "timestamp": pa.array([r["timestamp"] for r in rows], pa.int64()),
+            "headers": pa.array([r["headers"] for r in rows], htype),
+        }
+    )
 
 
 def _digest_rows(rows, first_offset):
     from tests.fuzz.reference import record_digest
 
-    return [[first_offset + i, record_digest(r["timestamp"], 0, r["key"], r["value"],
-                                             [(h["key"], h["value"]) for h in r["headers"]])]
-            for i, r in enumerate(rows)]
+    return [
+        [
+            first_offset + i,
+            record_digest(r["timestamp"], 0, r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]),
+        ]
+        for i, r in enumerate(rows)
+    ]
 
 
 def _segments(root, topic):
@@ -100,8 +107,17 @@ def _segments(root, topic):
     return sorted(n for n in os.listdir(d) if n.endswith(".log"))
 
 
-def write_topic(lm, topic: str, codec: str, rng: random.Random, *, config: dict, min_segments: int = 4,
-                sessions: int = 3, keyspace: int | None = None) -> list:
+def write_topic(
+    lm,
+    topic: str,
+    codec: str,
+    rng: random.Random,
+    *,
+    config: dict,
+    min_segments: int = 4,
+    sessions: int = 3,
+    keyspace: int | None = None,
+) -> list:
     """Append batches through the engine until the partition has `min_segments` segments."""
     from storage.records.builder import build_records
     from storage.records.record_batch import CompressionType
@@ -119,8 +135,11 @@ def write_topic(lm, topic: str, codec: str, rng: random.Random, *, config: dict,
                 index += len(rows)
                 kw = {}
                 if rng.random() < 0.3:
-                    kw = {"producer_id": 1000 + rng.randrange(5), "producer_epoch": rng.randrange(3),
-                          "base_sequence": rng.randrange(10_000)}
+                    kw = {
+                        "producer_id": 1000 + rng.randrange(5),
+                        "producer_epoch": rng.randrange(3),
+                        "base_sequence": rng.randrange(10_000),
+                    }
                 info = log.append(build_records(_table(rows), compression=CompressionType[codec.upper()], **kw))
                 written += _digest_rows(rows, info.first_offset)
         session += 1
@@ -133,9 +152,15 @@ def build_swap(lm, root: str, rng: random.Random) -> dict:
     import tempfile
 
     topic = "swap"
-    cfg = {"segment.bytes": "3000", "index.interval.bytes": "200", "cleanup.policy": "compact",
-           "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0",
-           "delete.retention.ms": "86400000000", "segment.ms": "86400000000"}
+    cfg = {
+        "segment.bytes": "3000",
+        "index.interval.bytes": "200",
+        "cleanup.policy": "compact",
+        "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0",
+        "delete.retention.ms": "86400000000",
+        "segment.ms": "86400000000",
+    }
     written = write_topic(lm, topic, "lz4", rng, config=cfg, min_segments=5, keyspace=90)
     d = os.path.join(root, f"{topic}-0")
     with tempfile.TemporaryDirectory(prefix="kl-swap-") as tmp:
@@ -158,8 +183,13 @@ def build_swap(lm, root: str, rng: random.Random) -> dict:
                 with open(os.path.join(root2, name), "w") as f:
                     f.write("0\n%d\n%s" % (len(keep), "".join(ln + "\n" for ln in keep)))
         env = dict(os.environ)
-        proc = subprocess.run([sys.executable, "-m", "kafkalog_ds", "maintain", root2, "--once", "--topic", topic],
-                              capture_output=True, text=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "kafkalog_ds", "maintain", root2, "--once", "--topic", topic],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"maintain failed: {proc.stdout} {proc.stderr}")
         before = _segments(root, topic)
@@ -174,8 +204,13 @@ def build_swap(lm, root: str, rng: random.Random) -> dict:
             raise RuntimeError(f"compaction did not merge segments: {before} -> {after}; {proc.stdout}")
         with open(os.path.join(d, first + ".swap"), "wb") as f:
             f.write(compacted)
-    return {"written": written, "maintain": proc.stdout.strip(), "swap_of": first,
-            "segments_before": before, "segments_after_compaction": after}
+    return {
+        "written": written,
+        "maintain": proc.stdout.strip(),
+        "swap_of": first,
+        "segments_before": before,
+        "segments_after_compaction": after,
+    }
 
 
 def build_leftovers(lm, root: str, rng: random.Random) -> dict:
@@ -184,8 +219,12 @@ def build_leftovers(lm, root: str, rng: random.Random) -> dict:
     topic = "leftovers"
     # retention.ms=-1: the records' timestamps (2023) are older than the default 7 days, and only the
     # log-start rule (delete-records) should remove a segment here
-    cfg = {"segment.bytes": "3000", "index.interval.bytes": "200", "file.delete.delay.ms": "86400000",
-           "retention.ms": "-1"}
+    cfg = {
+        "segment.bytes": "3000",
+        "index.interval.bytes": "200",
+        "file.delete.delay.ms": "86400000",
+        "retention.ms": "-1",
+    }
     written = write_topic(lm, topic, "gzip", rng, config=cfg, min_segments=5)
     tp = TopicPartition(topic, 0)
     segs = _segments(root, topic)
@@ -197,7 +236,7 @@ def build_leftovers(lm, root: str, rng: random.Random) -> dict:
     with open(os.path.join(d, third), "rb") as f:
         data = f.read()
     with open(os.path.join(d, third + ".cleaned"), "wb") as f:
-        f.write(data[:len(data) * 6 // 10])
+        f.write(data[: len(data) * 6 // 10])
     deleted = sorted(n for n in os.listdir(d) if n.endswith(".deleted"))
     if not deleted:
         raise RuntimeError(f"retention left no .deleted files: {res}")
@@ -213,8 +252,9 @@ def build_bomb(lm, root: str) -> dict:
     from tests.fuzz.reference import record_digest
 
     topic = "bomb"
-    lm.create_topic(topic, 1, {"max.message.bytes": str(2 * 1024 * 1024), "segment.bytes": "120000",
-                               "index.interval.bytes": "4096"})
+    lm.create_topic(
+        topic, 1, {"max.message.bytes": str(2 * 1024 * 1024), "segment.bytes": "120000", "index.interval.bytes": "4096"}
+    )
     tp = TopicPartition(topic, 0)
     value = b"0" * BOMB_VALUE
     digest = {}
@@ -223,9 +263,13 @@ def build_bomb(lm, root: str) -> dict:
     with lm.open_log(tp, writable=True) as log:
         for i in range(0, BOMB_BATCHES, step):
             ts = [TS0 + j for j in range(i, i + step)]
-            t = pa.table({"key": pa.array([b"bomb-%d" % j for j in range(i, i + step)], pa.binary()),
-                          "value": pa.array([value] * step, pa.binary()),
-                          "timestamp": pa.array(ts, pa.int64())})
+            t = pa.table(
+                {
+                    "key": pa.array([b"bomb-%d" % j for j in range(i, i + step)], pa.binary()),
+                    "value": pa.array([value] * step, pa.binary()),
+                    "timestamp": pa.array(ts, pa.int64()),
+                }
+            )
             info = log.append(build_records(t, compression=CompressionType.ZSTD, max_batch_bytes=BOMB_VALUE + 1024))
             for k, j in enumerate(range(i, i + step)):
                 digest = record_digest(ts[k], 0, b"bomb-%d" % j, value, [])

@@ -68,8 +68,17 @@ FIELDS = {
 }
 
 FAMILY_WEIGHTS = {
-    "header": 18, "payload": 12, "record_length": 18, "batch_length": 5, "record_count": 4,
-    "last_offset_delta": 3, "truncate": 9, "index": 10, "timeindex": 5, "base_offset": 9, "structure": 5,
+    "header": 18,
+    "payload": 12,
+    "record_length": 18,
+    "batch_length": 5,
+    "record_count": 4,
+    "last_offset_delta": 3,
+    "truncate": 9,
+    "index": 10,
+    "timeindex": 5,
+    "base_offset": 9,
+    "structure": 5,
 }
 SWAP_WEIGHT = 25  # added for the swap partition
 
@@ -111,7 +120,7 @@ def batches_of(data) -> list[tuple[int, int]]:
 
 
 def fix_crc(data: bytearray, pos: int, size: int) -> None:
-    struct.pack_into(">I", data, pos + 17, crc32c.crc32c(bytes(data[pos + 21:pos + size])))
+    struct.pack_into(">I", data, pos + 17, crc32c.crc32c(bytes(data[pos + 21 : pos + size])))
 
 
 def _seg_name(p):
@@ -165,14 +174,15 @@ def compress(codec: int, data: bytes) -> bytes:
 
         out = bytearray(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))
         for i in range(0, max(len(data), 1), 32 * 1024):
-            block = bytes(cramjam.snappy.compress_raw(data[i:i + 32 * 1024]))
+            block = bytes(cramjam.snappy.compress_raw(data[i : i + 32 * 1024]))
             out += struct.pack(">i", len(block)) + block
         return bytes(out)
     if codec == 3:
         import lz4.frame
 
-        return lz4.frame.compress(data, block_linked=False, block_size=lz4.frame.BLOCKSIZE_MAX64KB,
-                                  content_checksum=False)
+        return lz4.frame.compress(
+            data, block_linked=False, block_size=lz4.frame.BLOCKSIZE_MAX64KB, content_checksum=False
+        )
     if codec == 4:
         import zstandard
 
@@ -227,8 +237,10 @@ def m_payload(rng, part_dir):
         fix_crc(data, pos, size)
     _write(seg.path, data)
     codec = struct.unpack_from(">h", data, pos + 21)[0] & 7
-    return (f"{_where(seg, data, i, pos)}: record-area byte {p - pos - HEADER_SIZE} (file position {p}, codec {codec})"
-            f" {old:#04x} -> {data[p]:#04x}{', CRC fixed' if fixed else ''}")
+    return (
+        f"{_where(seg, data, i, pos)}: record-area byte {p - pos - HEADER_SIZE} (file position {p}, codec {codec})"
+        f" {old:#04x} -> {data[p]:#04x}{', CRC fixed' if fixed else ''}"
+    )
 
 
 def _edge_values(rng, old: int) -> int:
@@ -245,7 +257,7 @@ def m_record_length(rng, part_dir):
     attrs = struct.unpack_from(">h", data, pos + 21)[0]
     codec = attrs & 7
     count = struct.unpack_from(">i", data, pos + 57)[0]
-    area = bytes(data[pos + HEADER_SIZE:pos + size])
+    area = bytes(data[pos + HEADER_SIZE : pos + size])
     if codec:
         area = decompress(codec, area, 1 << 26)
     records, err = parse_records(area, count)
@@ -261,19 +273,21 @@ def m_record_length(rng, part_dir):
     else:
         new = _edge_values(rng, old)
     enc = encode_varint(new)
-    new_area = area[:fpos] + enc + area[fpos + fsize:]
+    new_area = area[:fpos] + enc + area[fpos + fsize :]
     body = new_area if not codec else compress(codec, new_area)
-    new_batch = bytearray(data[pos:pos + HEADER_SIZE]) + body
+    new_batch = bytearray(data[pos : pos + HEADER_SIZE]) + body
     struct.pack_into(">i", new_batch, 8, len(new_batch) - LOG_OVERHEAD)
     fixed = rng.random() < 0.75
     if fixed:
         fix_crc(new_batch, 0, len(new_batch))
-    data[pos:pos + size] = new_batch
+    data[pos : pos + size] = new_batch
     _write(seg.path, data)
     _shift_index(part_dir, seg, pos, len(new_batch) - size)
-    return (f"{_where(seg, data, i, pos)}: record {r_i} {fname} {old} -> {new}"
-            f"{' (codec %d, recompressed)' % codec if codec else ''}, batchLength fixed"
-            f"{', CRC fixed' if fixed else ', CRC stale'}")
+    return (
+        f"{_where(seg, data, i, pos)}: record {r_i} {fname} {old} -> {new}"
+        f"{' (codec %d, recompressed)' % codec if codec else ''}, batchLength fixed"
+        f"{', CRC fixed' if fixed else ', CRC stale'}"
+    )
 
 
 def _zz_decode(buf, pos):
@@ -293,8 +307,19 @@ def m_batch_length(rng, part_dir):
     i, pos, size = _pick_batch(rng, bs)
     old = struct.unpack_from(">i", data, pos + 8)[0]
     remaining = len(data) - pos - LOG_OVERHEAD
-    new = rng.choice([0, -1, 2**31 - 1, -(2**31), MIN_BATCH_LENGTH, MIN_BATCH_LENGTH - 1,
-                      old + rng.choice([1, 2, 3, 4]), old - rng.choice([1, 2, 3, 4]), remaining + 1])
+    new = rng.choice(
+        [
+            0,
+            -1,
+            2**31 - 1,
+            -(2**31),
+            MIN_BATCH_LENGTH,
+            MIN_BATCH_LENGTH - 1,
+            old + rng.choice([1, 2, 3, 4]),
+            old - rng.choice([1, 2, 3, 4]),
+            remaining + 1,
+        ]
+    )
     if new == old:
         new = old - 1
     struct.pack_into(">i", data, pos + 8, new)
@@ -319,13 +344,11 @@ def _int_field(rng, part_dir, name, values):
 
 
 def m_record_count(rng, part_dir):
-    return _int_field(rng, part_dir, "recordCount",
-                      lambda o: [0, -1, 2**31 - 1, o + 1, o + 2, o - 1, o - 3])
+    return _int_field(rng, part_dir, "recordCount", lambda o: [0, -1, 2**31 - 1, o + 1, o + 2, o - 1, o - 3])
 
 
 def m_last_offset_delta(rng, part_dir):
-    return _int_field(rng, part_dir, "lastOffsetDelta",
-                      lambda o: [-1, 0, o - 1, o + 1, o + 3, 2**31 - 1])
+    return _int_field(rng, part_dir, "lastOffsetDelta", lambda o: [-1, 0, o - 1, o + 1, o + 3, 2**31 - 1])
 
 
 def m_truncate(rng, part_dir):
@@ -342,8 +365,10 @@ def m_truncate(rng, part_dir):
     else:
         cut = rng.randrange(1, len(data))
     _write(seg.path, data[:cut])
-    return (f"{_seg_name(seg.path)} ({'last segment: torn tail' if last else 'non-last segment'}) truncated "
-            f"from {len(data)} to {cut} bytes")
+    return (
+        f"{_seg_name(seg.path)} ({'last segment: torn tail' if last else 'non-last segment'}) truncated "
+        f"from {len(data)} to {cut} bytes"
+    )
 
 
 def m_index(rng, part_dir):
@@ -356,8 +381,18 @@ def m_index(rng, part_dir):
     data = _read(seg.path)
     bs = batches_of(data)
     n = len(idx) // 8
-    kind = rng.choice(["garbage", "position_moved", "later_batch", "bad_size", "decreasing",
-                       "offset_past_segment", "zeros", "removed"])
+    kind = rng.choice(
+        [
+            "garbage",
+            "position_moved",
+            "later_batch",
+            "bad_size",
+            "decreasing",
+            "offset_past_segment",
+            "zeros",
+            "removed",
+        ]
+    )
     if kind in ("position_moved", "later_batch", "decreasing", "offset_past_segment") and n == 0:
         kind = "garbage"
     name = os.path.basename(ip)
@@ -395,8 +430,8 @@ def m_index(rng, part_dir):
     if kind == "decreasing":
         if n >= 2:
             a, b = rng.sample(range(n), 2)
-            ea, eb = bytes(idx[a * 8:a * 8 + 8]), bytes(idx[b * 8:b * 8 + 8])
-            idx[a * 8:a * 8 + 8], idx[b * 8:b * 8 + 8] = eb, ea
+            ea, eb = bytes(idx[a * 8 : a * 8 + 8]), bytes(idx[b * 8 : b * 8 + 8])
+            idx[a * 8 : a * 8 + 8], idx[b * 8 : b * 8 + 8] = eb, ea
             _write(ip, idx)
             return f"{name}: entries {a} and {b} swapped (offsets decrease)"
         struct.pack_into(">ii", idx, j * 8, -rng.randrange(1, 5), p)
@@ -498,12 +533,12 @@ def m_structure(rng, part_dir):
     i = rng.randrange(len(bs) - 1)
     (p1, s1), (p2, s2) = bs[i], bs[i + 1]
     if kind == "duplicate":
-        data[p1 + s1:p1 + s1] = data[p1:p1 + s1]
+        data[p1 + s1 : p1 + s1] = data[p1 : p1 + s1]
         _write(seg.path, data)
         _shift_index(part_dir, seg, p1, s1)
         return f"{_where(seg, data, i, p1)}: batch duplicated right after itself (same offsets twice)"
-    a, b = bytes(data[p1:p1 + s1]), bytes(data[p2:p2 + s2])
-    data[p1:p2 + s2] = b + a
+    a, b = bytes(data[p1 : p1 + s1]), bytes(data[p2 : p2 + s2])
+    data[p1 : p2 + s2] = b + a
     _write(seg.path, data)
     return f"{_where(seg, data, i, p1)}: swapped with the next batch (offsets out of order)"
 
@@ -532,9 +567,17 @@ def m_swap(rng, part_dir):
 
 
 FAMILIES = {
-    "header": m_header, "payload": m_payload, "record_length": m_record_length, "batch_length": m_batch_length,
-    "record_count": m_record_count, "last_offset_delta": m_last_offset_delta, "truncate": m_truncate,
-    "index": m_index, "timeindex": m_timeindex, "base_offset": m_base_offset, "structure": m_structure,
+    "header": m_header,
+    "payload": m_payload,
+    "record_length": m_record_length,
+    "batch_length": m_batch_length,
+    "record_count": m_record_count,
+    "last_offset_delta": m_last_offset_delta,
+    "truncate": m_truncate,
+    "index": m_index,
+    "timeindex": m_timeindex,
+    "base_offset": m_base_offset,
+    "structure": m_structure,
     "swap": m_swap,
 }
 

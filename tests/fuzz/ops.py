@@ -75,9 +75,15 @@ def _exc_info(e: BaseException, stage: str) -> dict:
     from storage.errors import KafkaLogError
 
     tb = traceback.format_exception(type(e), e, e.__traceback__)
-    return {"stage": stage, "type": type(e).__name__, "module": type(e).__module__,
-            "kafka": isinstance(e, KafkaLogError), "memory": isinstance(e, MemoryError),
-            "msg": str(e)[:2000], "tb": "".join(tb)[-3000:]}
+    return {
+        "stage": stage,
+        "type": type(e).__name__,
+        "module": type(e).__module__,
+        "kafka": isinstance(e, KafkaLogError),
+        "memory": isinstance(e, MemoryError),
+        "msg": str(e)[:2000],
+        "tb": "".join(tb)[-3000:],
+    }
 
 
 def _emit_records(out: _Out, log, start: int) -> None:
@@ -94,8 +100,11 @@ def _emit_records(out: _Out, log, start: int) -> None:
             v = values[i].as_py()
             h = heads[i].as_py() or []
             hs = [(x["key"], x["value"]) for x in h]
-            out.rec(offs[i], record_digest(tss[i], tst[i], k, v, hs),
-                    f"ts={tss[i]} key={_short(k)} value={_short(v)} headers={len(hs)}")
+            out.rec(
+                offs[i],
+                record_digest(tss[i], tst[i], k, v, hs),
+                f"ts={tss[i]} key={_short(k)} value={_short(v)} headers={len(hs)}",
+            )
             del k, v
         del batch, cols, keys, values, heads
 
@@ -133,10 +142,14 @@ def _recover_op(out: _Out, req: dict) -> None:
             out.ev(opened={"log_start": log.log_start_offset, "log_end": log.log_end_offset})
             stage = "append"
             htype = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-            table = pa.table({"key": pa.array([APPEND_KEY], pa.binary()),
-                              "value": pa.array([APPEND_VALUE], pa.binary()),
-                              "timestamp": pa.array([APPEND_TS], pa.int64()),
-                              "headers": pa.array([[{"key": k, "value": v} for k, v in APPEND_HEADERS]], htype)})
+            table = pa.table(
+                {
+                    "key": pa.array([APPEND_KEY], pa.binary()),
+                    "value": pa.array([APPEND_VALUE], pa.binary()),
+                    "timestamp": pa.array([APPEND_TS], pa.int64()),
+                    "headers": pa.array([[{"key": k, "value": v} for k, v in APPEND_HEADERS]], htype),
+                }
+            )
             info = log.append(build_records(table, compression=CompressionType[req["codec"].upper()]))
             appended_at = info.first_offset
             out.ev(appended={"first": info.first_offset, "last": info.last_offset, "log_end": log.log_end_offset})
@@ -224,16 +237,24 @@ def _warm_up() -> None:
         tp = TopicPartition("w", 0)
         htype = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
         for codec in ("NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD"):
-            t = pa.table({"key": pa.array([b"k", None], pa.binary()), "value": pa.array([b"v" * 50, None], pa.binary()),
-                          "timestamp": pa.array([1, 2], pa.int64()),
-                          "headers": pa.array([[{"key": "a", "value": b"b"}], None], htype)})
+            t = pa.table(
+                {
+                    "key": pa.array([b"k", None], pa.binary()),
+                    "value": pa.array([b"v" * 50, None], pa.binary()),
+                    "timestamp": pa.array([1, 2], pa.int64()),
+                    "headers": pa.array([[{"key": "a", "value": b"b"}], None], htype),
+                }
+            )
             with lm.open_log(tp, writable=True) as log:
                 log.append(build_records(t, compression=CompressionType[codec]))
         with lm.open_log(tp) as log:
             for _ in log.read_records(log.log_start_offset):
                 pass
-        files = sorted(os.path.join(d, "root", "w-0", n) for n in os.listdir(os.path.join(d, "root", "w-0"))
-                       if n.endswith((".log", ".index", ".timeindex")))
+        files = sorted(
+            os.path.join(d, "root", "w-0", n)
+            for n in os.listdir(os.path.join(d, "root", "w-0"))
+            if n.endswith((".log", ".index", ".timeindex"))
+        )
         sink = io.StringIO()
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = sink
@@ -298,8 +319,11 @@ def serve(fd: int) -> None:
             os.close(f)
         sock.send(json.dumps({"pid": pid}).encode())
         _, status, ru = os.wait4(pid, 0)
-        sock.send(json.dumps({"pid": pid, "status": status, "maxrss_kb": ru.ru_maxrss,
-                              "utime": ru.ru_utime, "stime": ru.ru_stime}).encode())
+        sock.send(
+            json.dumps(
+                {"pid": pid, "status": status, "maxrss_kb": ru.ru_maxrss, "utime": ru.ru_utime, "stime": ru.ru_stime}
+            ).encode()
+        )
 
 
 def _vm_peak() -> int:
@@ -335,8 +359,10 @@ class OpResult:
         self.stderr_truncated = False
 
     def __repr__(self):
-        return (f"OpResult(exit={self.exit_code}, signal={self.signal}, hung={self.hung}, "
-                f"maxrss={self.maxrss_kb}kB, {self.seconds:.1f}s)")
+        return (
+            f"OpResult(exit={self.exit_code}, signal={self.signal}, hung={self.hung}, "
+            f"maxrss={self.maxrss_kb}kB, {self.seconds:.1f}s)"
+        )
 
 
 class Zygote:
@@ -347,8 +373,13 @@ class Zygote:
         env = dict(os.environ)
         env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PYTHONIOENCODING"] = "utf-8"
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.ops", "--serve", str(child.fileno())],
-                                     pass_fds=[child.fileno()], cwd=REPO, env=env, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fuzz.ops", "--serve", str(child.fileno())],
+            pass_fds=[child.fileno()],
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         child.close()
         self.sock = parent
         self.sock.settimeout(start_timeout)

@@ -77,8 +77,7 @@ def _feed(h, data: bytes) -> None:
         h.update(data)
 
 
-def record_digest(timestamp: int, tstype: int, key: bytes | None, value: bytes | None,
-                  headers) -> str:
+def record_digest(timestamp: int, tstype: int, key: bytes | None, value: bytes | None, headers) -> str:
     """The identity of a record's content (offset aside): the same function serves the oracle, the
     child processes that read through the engine, and the parsers of CLI output."""
     h = hashlib.blake2b(digest_size=12)
@@ -143,10 +142,17 @@ class Rec:
     @staticmethod
     def make(offset, timestamp, tstype, key, value, headers) -> Rec:
         hkeys = tuple(k for k, _ in headers)
-        return Rec(offset, timestamp, tstype, record_digest(timestamp, tstype, key, value, headers),
-                   -1 if key is None else len(key), -1 if value is None else len(value), hkeys,
-                   text_digest(dump_tail(key, value, hkeys)),
-                   f"ts={timestamp} key={_short(key)} value={_short(value)} headers={len(headers)}")
+        return Rec(
+            offset,
+            timestamp,
+            tstype,
+            record_digest(timestamp, tstype, key, value, headers),
+            -1 if key is None else len(key),
+            -1 if value is None else len(value),
+            hkeys,
+            text_digest(dump_tail(key, value, hkeys)),
+            f"ts={timestamp} key={_short(key)} value={_short(value)} headers={len(headers)}",
+        )
 
 
 # ---------------------------------------------------------------- varints (Java's ByteUtils)
@@ -207,6 +213,7 @@ def encode_varint(v: int) -> bytes:
 @dataclass
 class RawRecord:
     """One record as stored, with where its varint fields sit (the mutators use the positions)."""
+
     start: int  # position of the length varint in the record area
     end: int
     length: int
@@ -253,7 +260,7 @@ def parse_records(buf: bytes, count: int) -> tuple[list[RawRecord], str | None]:
             if klen >= 0:  # Java: any negative size is null
                 if klen > body_end - p:
                     raise RecordFormatError(f"record {i}: key length {klen} runs past the record")
-                key = bytes(buf[p:p + klen])
+                key = bytes(buf[p : p + klen])
                 p += klen
             q = p
             vlen, p = _read_varint(buf, p, body_end)
@@ -262,7 +269,7 @@ def parse_records(buf: bytes, count: int) -> tuple[list[RawRecord], str | None]:
             if vlen >= 0:
                 if vlen > body_end - p:
                     raise RecordFormatError(f"record {i}: value length {vlen} runs past the record")
-                value = bytes(buf[p:p + vlen])
+                value = bytes(buf[p : p + vlen])
                 p += vlen
             q = p
             nh, p = _read_varint(buf, p, body_end)
@@ -278,7 +285,7 @@ def parse_records(buf: bytes, count: int) -> tuple[list[RawRecord], str | None]:
                     raise RecordFormatError(f"record {i}: negative header key size {hk}")
                 if hk > body_end - p:
                     raise RecordFormatError(f"record {i}: header key length {hk} runs past the record")
-                hkey = bytes(buf[p:p + hk]).decode("utf-8", "replace")  # Java's new String(.., UTF_8)
+                hkey = bytes(buf[p : p + hk]).decode("utf-8", "replace")  # Java's new String(.., UTF_8)
                 p += hk
                 q = p
                 hv, p = _read_varint(buf, p, body_end)
@@ -287,14 +294,15 @@ def parse_records(buf: bytes, count: int) -> tuple[list[RawRecord], str | None]:
                 if hv >= 0:
                     if hv > body_end - p:
                         raise RecordFormatError(f"record {i}: header value length {hv} runs past the record")
-                    hval = bytes(buf[p:p + hv])
+                    hval = bytes(buf[p : p + hv])
                     p += hv
                 headers.append((hkey, hval))
             if p != body_end:
-                raise RecordFormatError(f"record {i}: length says {length} bytes, the fields take {p - (body_end - length)}")
+                raise RecordFormatError(
+                    f"record {i}: length says {length} bytes, the fields take {p - (body_end - length)}"
+                )
             pos = body_end
-            out.append(RawRecord(start, pos, length, attributes, ts_delta, offset_delta, key, value,
-                                 headers, fields))
+            out.append(RawRecord(start, pos, length, attributes, ts_delta, offset_delta, key, value, headers, fields))
         if pos != end:
             raise RecordFormatError(f"{end - pos} bytes remain after the {count} declared records")
     except RecordFormatError as e:
@@ -382,7 +390,7 @@ def _unsnappy(data: bytes, limit: int) -> bytes:
         pos += 4
         if n < 0 or n > len(data) - pos:
             raise DecompressError(f"snappy: chunk length {n} runs past the data")
-        out += _snappy_raw(data[pos:pos + n], limit - len(out))
+        out += _snappy_raw(data[pos : pos + n], limit - len(out))
         pos += n
         if len(out) > limit:
             raise DecompressError(f"snappy: inflates past {limit} bytes")
@@ -424,7 +432,7 @@ def _unzstd(data: bytes, limit: int) -> bytes:
         pos = 0
         try:
             while pos < len(rest) and not d.eof:
-                out += d.decompress(rest[pos:pos + 64])
+                out += d.decompress(rest[pos : pos + 64])
                 pos += 64
                 if len(out) > limit:
                     raise DecompressError(f"zstd: inflates past {limit} bytes")
@@ -506,11 +514,32 @@ def decode_batch(path: str, data: bytes, pos: int, max_bytes: int, *, keep_area:
     """One framed batch at `pos` (the caller checked 12 + batchLength fits and batchLength >= 49)."""
     (base, blen, epoch, magic, crc, attrs, lod, bts, mts, pid, pepoch, bseq, count) = parse_header(data, pos)
     size = LOG_OVERHEAD + blen
-    body = data[pos + 21:pos + size]
+    body = data[pos + 21 : pos + size]
     crc_ok = crc32c.crc32c(body) == crc
-    b = Batch(path, pos, size, base, blen, epoch, magic, crc, attrs, lod, bts, mts, pid, pepoch, bseq, count,
-              crc_ok, [], 0, None, None)
-    key = (hashlib.blake2b(bytes(data[pos:pos + size]), digest_size=16).digest(), max_bytes)
+    b = Batch(
+        path,
+        pos,
+        size,
+        base,
+        blen,
+        epoch,
+        magic,
+        crc,
+        attrs,
+        lod,
+        bts,
+        mts,
+        pid,
+        pepoch,
+        bseq,
+        count,
+        crc_ok,
+        [],
+        0,
+        None,
+        None,
+    )
+    key = (hashlib.blake2b(bytes(data[pos : pos + size]), digest_size=16).digest(), max_bytes)
     hit = _DECODED.get(key)
     if hit is not None and not keep_area:
         b.records, b.area_size, b.structure_error, b.semantic_error = hit
@@ -536,7 +565,7 @@ def _decode_records(b: Batch, data, pos: int, max_bytes: int, keep_area: bool) -
     if magic != MAGIC:
         b.structure_error = f"magic {magic}"
         return
-    area = data[pos + HEADER_SIZE:pos + size]
+    area = data[pos + HEADER_SIZE : pos + size]
     codec = attrs & 7
     if codec not in CODEC_NAMES:
         b.structure_error = f"unknown codec {codec}"
@@ -562,7 +591,7 @@ def _decode_records(b: Batch, data, pos: int, max_bytes: int, keep_area: bool) -
     prev = -1
     for r in raws:
         if r.offset_delta <= prev or r.offset_delta > lod:
-            b.semantic_error = (f"offsetDelta {r.offset_delta} after {prev} (lastOffsetDelta {lod})")
+            b.semantic_error = f"offsetDelta {r.offset_delta} after {prev} (lastOffsetDelta {lod})"
             break
         prev = r.offset_delta
     if b.semantic_error is None and lod < 0:
@@ -576,7 +605,7 @@ def _kafka_python_records(data: bytes, b: Batch) -> list | None:
     from kafka.record.default_records import DefaultRecordBatch
 
     try:
-        kb = DefaultRecordBatch(bytes(data[b.position:b.position + b.size]))
+        kb = DefaultRecordBatch(bytes(data[b.position : b.position + b.size]))
         out = []
         for r in kb:
             out.append(Rec.make(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, list(r.headers)))
@@ -609,6 +638,7 @@ def list_segments(part_dir: str) -> list[Segment]:
 @dataclass
 class Stop:
     """Where the valid prefix ends."""
+
     file: str
     position: int
     kind: str  # "torn" (partial batch at the end of the last segment) or "corrupt"
@@ -638,8 +668,17 @@ class View:
         return [r.offset for r in self.records]
 
 
-def walk_segment(seg: Segment, next_base: int | None, prev_last: int, max_bytes: int, *, is_last: bool,
-                 data: bytes | None = None, cross_check: bool = True, recovery: bool = False):
+def walk_segment(
+    seg: Segment,
+    next_base: int | None,
+    prev_last: int,
+    max_bytes: int,
+    *,
+    is_last: bool,
+    data: bytes | None = None,
+    cross_check: bool = True,
+    recovery: bool = False,
+):
     """Validate one segment's batches in order. Returns (batches, prev_last, stop or None).
     recovery=True: what a loader's recovery checks (batch level only; see Stop.level)."""
     if data is None:
@@ -651,16 +690,26 @@ def walk_segment(seg: Segment, next_base: int | None, prev_last: int, max_bytes:
     while pos < len(data):
         remaining = len(data) - pos
         if remaining < LOG_OVERHEAD:
-            return batches, prev_last, Stop(seg.path, pos, "torn" if is_last else "corrupt",
-                                            f"{remaining} bytes, less than a batch header")
+            return (
+                batches,
+                prev_last,
+                Stop(seg.path, pos, "torn" if is_last else "corrupt", f"{remaining} bytes, less than a batch header"),
+            )
         base, blen = struct.unpack_from(">qi", data, pos)
         if blen < MIN_BATCH_LENGTH:
-            return batches, prev_last, Stop(seg.path, pos, "corrupt", f"batchLength {blen} < {MIN_BATCH_LENGTH}",
-                                            base)
+            return batches, prev_last, Stop(seg.path, pos, "corrupt", f"batchLength {blen} < {MIN_BATCH_LENGTH}", base)
         if LOG_OVERHEAD + blen > remaining:
-            return batches, prev_last, Stop(seg.path, pos, "torn" if is_last else "corrupt",
-                                            f"batchLength {blen} runs past the end of {name} ({remaining} bytes left)",
-                                            base)
+            return (
+                batches,
+                prev_last,
+                Stop(
+                    seg.path,
+                    pos,
+                    "torn" if is_last else "corrupt",
+                    f"batchLength {blen} runs past the end of {name} ({remaining} bytes left)",
+                    base,
+                ),
+            )
         if remaining < HEADER_SIZE:  # cannot happen: blen >= 49 and fits
             raise AssertionError
         b = decode_batch(seg.path, data, pos, max_bytes)
@@ -725,8 +774,14 @@ def max_message_bytes(root: str, topic: str) -> int:
     return int(topic_config(root, topic).get("max.message.bytes", DEFAULT_MAX_MESSAGE_BYTES))
 
 
-def _view_of(name: str, segments: list[Segment], max_bytes: int, log_start_ckpt: int,
-             overrides: dict | None = None, truncate_first: bool = False) -> View:
+def _view_of(
+    name: str,
+    segments: list[Segment],
+    max_bytes: int,
+    log_start_ckpt: int,
+    overrides: dict | None = None,
+    truncate_first: bool = False,
+) -> View:
     """Validate `segments` in order; `overrides` maps a segment path to bytes to use instead of the file."""
     records: list[Rec] = []
     prev_last = -1
@@ -792,7 +847,10 @@ def partition_views(root: str, topic: str, partition: int = 0) -> list[View]:
             framed = [p for p in _framed(swap_data)]
             if framed:
                 last_pos, last_size = framed[-1]
-                base, lod = struct.unpack_from(">q", swap_data, last_pos)[0], struct.unpack_from(">i", swap_data, last_pos + 23)[0]
+                base, lod = (
+                    struct.unpack_from(">q", swap_data, last_pos)[0],
+                    struct.unpack_from(">i", swap_data, last_pos + 23)[0],
+                )
                 raw_end = base + lod + 1
                 keep = [s for s in segments if not (sbase <= s.base_offset < raw_end)]
                 segs = sorted(keep + [Segment(sp, sbase, len(swap_data))], key=lambda s: s.base_offset)
@@ -876,4 +934,3 @@ def view_summary(v: View) -> str:
     if v.stop:
         s += f", valid prefix stops at {os.path.basename(v.stop.file)} position {v.stop.position} ({v.stop.kind}: {v.stop.reason})"
     return s
-

@@ -90,10 +90,11 @@ DEFAULT_MEM_HEADROOM_MB = 640
 
 ERR_FILE_RE = re.compile(r"\d{20}\.(log|index|timeindex)|\.log\b|[\w.-]+-\d+/")
 ERR_POS_RE = re.compile(r"\b(position|offset|offsets|byte|bytes at)\s*:?\s*-?\d+")
-MEM_RE = re.compile(r"MemoryError|bad_alloc|Cannot allocate memory|[Oo]ut of memory|can't start new thread|"
-                    r"[Ff]ailed to allocate|ENOMEM")
-TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)|^\w+(\.\w+)*(Error|Exception|Warning)\b",
-                          re.MULTILINE)
+MEM_RE = re.compile(
+    r"MemoryError|bad_alloc|Cannot allocate memory|[Oo]ut of memory|can't start new thread|"
+    r"[Ff]ailed to allocate|ENOMEM"
+)
+TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)|^\w+(\.\w+)*(Error|Exception|Warning)\b", re.MULTILINE)
 
 
 def names_place(msg: str, *, file_only: bool = False) -> bool:
@@ -127,16 +128,17 @@ class Outcome:
     def repro(self) -> str:
         if isinstance(self.k, int):
             be = "" if self.bomb_every == DEFAULT_BOMB_EVERY else f" --bomb-every {self.bomb_every}"
-            return (f"python -m tests.fuzz.runner --seed {self.seed} --only {self.k}{be} "
-                    f"--ops {O.OP_LETTER[self.op]} -v")
+            return f"python -m tests.fuzz.runner --seed {self.seed} --only {self.k}{be} --ops {O.OP_LETTER[self.op]} -v"
         return f"python -m tests.fuzz.runner --clean --mutants 0 --ops {O.OP_LETTER[self.op]} -v"
 
     def message(self) -> str:
-        s = (f"[{self.cls}] seed={self.seed} mutant={self.k} target={self.target} op={O.OP_LETTER[self.op]}:{self.op}\n"
-             f"  mutation: {self.mutation}\n"
-             f"  oracle: {self.oracle}\n"
-             f"  first differing offset: {self.first_diff}\n"
-             f"  what happened: {self.detail}\n")
+        s = (
+            f"[{self.cls}] seed={self.seed} mutant={self.k} target={self.target} op={O.OP_LETTER[self.op]}:{self.op}\n"
+            f"  mutation: {self.mutation}\n"
+            f"  oracle: {self.oracle}\n"
+            f"  first differing offset: {self.first_diff}\n"
+            f"  what happened: {self.detail}\n"
+        )
         if self.error:
             s += "  error: " + self.error.strip().replace("\n", "\n         ") + "\n"
         for n in self.notes:
@@ -210,8 +212,13 @@ class ConsumeParser:
             d = record_digest(obj["timestamp"], tstype, key, value, headers)
             from .reference import _short
 
-            self.records.append((obj["offset"], d, f"ts={obj['timestamp']} key={_short(key)} value={_short(value)} "
-                                                   f"headers={len(headers)}"))
+            self.records.append(
+                (
+                    obj["offset"],
+                    d,
+                    f"ts={obj['timestamp']} key={_short(key)} value={_short(value)} headers={len(headers)}",
+                )
+            )
         except (ValueError, KeyError, TypeError, IndexError):
             if len(self.garbage) < 5:
                 self.garbage.append(line[:200].decode("utf-8", "replace"))
@@ -222,9 +229,12 @@ BATCH_RE = re.compile(
     r"producerId: (-?\d+) producerEpoch: (-?\d+) partitionLeaderEpoch: (-?\d+) isTransactional: (true|false) "
     r"isControl: (true|false) deleteHorizonMs: \S+ position: (-?\d+) "
     r"(CreateTime|LogAppendTime|NoTimestampType): (-?\d+) size: (-?\d+) magic: (-?\d+) compresscodec: (\S+) "
-    r"crc: (-?\d+) isvalid: (true|false)$")
-RECORD_RE = re.compile(r"^\| offset: (-?\d+) (CreateTime|LogAppendTime|NoTimestampType): (-?\d+) "
-                       r"keySize: (-?\d+) valueSize: (-?\d+) sequence: (-?\d+) ")
+    r"crc: (-?\d+) isvalid: (true|false)$"
+)
+RECORD_RE = re.compile(
+    r"^\| offset: (-?\d+) (CreateTime|LogAppendTime|NoTimestampType): (-?\d+) "
+    r"keySize: (-?\d+) valueSize: (-?\d+) sequence: (-?\d+) "
+)
 
 
 class DumpParser:
@@ -260,12 +270,29 @@ class DumpParser:
         if m:
             self._finish()
             g = m.groups()
-            cur["batches"].append({
-                "base_offset": int(g[0]), "last_offset": int(g[1]), "count": int(g[2]), "base_sequence": int(g[3]),
-                "producer_id": int(g[5]), "producer_epoch": int(g[6]), "epoch": int(g[7]),
-                "transactional": g[8] == "true", "control": g[9] == "true", "position": int(g[10]),
-                "tstype": g[11], "max_timestamp": int(g[12]), "size": int(g[13]), "magic": int(g[14]),
-                "codec": g[15], "crc": int(g[16]), "isvalid": g[17] == "true", "records": [], "error": None})
+            cur["batches"].append(
+                {
+                    "base_offset": int(g[0]),
+                    "last_offset": int(g[1]),
+                    "count": int(g[2]),
+                    "base_sequence": int(g[3]),
+                    "producer_id": int(g[5]),
+                    "producer_epoch": int(g[6]),
+                    "epoch": int(g[7]),
+                    "transactional": g[8] == "true",
+                    "control": g[9] == "true",
+                    "position": int(g[10]),
+                    "tstype": g[11],
+                    "max_timestamp": int(g[12]),
+                    "size": int(g[13]),
+                    "magic": int(g[14]),
+                    "codec": g[15],
+                    "crc": int(g[16]),
+                    "isvalid": g[17] == "true",
+                    "records": [],
+                    "error": None,
+                }
+            )
             return
         if text.startswith("| offset: "):
             self._finish()
@@ -274,8 +301,14 @@ class DumpParser:
                 self.garbage.append(text[:200])
                 return
             g = m.groups()
-            rec = {"offset": int(g[0]), "tstype": g[1], "timestamp": int(g[2]), "key_size": int(g[3]),
-                   "value_size": int(g[4]), "tail": None}
+            rec = {
+                "offset": int(g[0]),
+                "tstype": g[1],
+                "timestamp": int(g[2]),
+                "key_size": int(g[3]),
+                "value_size": int(g[4]),
+                "tail": None,
+            }
             cur["batches"][-1]["records"].append(rec)
             i = text.find("headerKeys: [")
             self.pending = (rec, [text[i:] if i >= 0 else ""])
@@ -326,8 +359,11 @@ def compare(expected: list, got: list):
     if len(got) > len(expected):
         g = got[len(expected)]
         where = f"the valid prefix ends after offset {expected[-1].offset}" if expected else "the valid prefix is empty"
-        return "differ", g[0], (f"{len(got) - len(expected)} record(s) beyond the valid prefix, from offset {g[0]} "
-                                f"({where}): {g[2]}")
+        return (
+            "differ",
+            g[0],
+            (f"{len(got) - len(expected)} record(s) beyond the valid prefix, from offset {g[0]} ({where}): {g[2]}"),
+        )
     if len(got) < len(expected):
         e = expected[len(got)]
         return "prefix", e.offset, f"{len(got)} of {len(expected)} records, missing from offset {e.offset}"
@@ -355,8 +391,11 @@ def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str
     if rel == "differ":
         return ("SILENT_WRONG", f"before the error: {det}", first), notes
     if err.kind != "project":
-        return ("BAD_ERROR", f"not a project error after {len(got)} of {len(expected)} {what}: {err.msg[-400:]}",
-                first), notes
+        return (
+            "BAD_ERROR",
+            f"not a project error after {len(got)} of {len(expected)} {what}: {err.msg[-400:]}",
+            first,
+        ), notes
     if not err.place_ok:
         return ("BAD_ERROR", f"error does not name a file and a position/offset: {err.msg[-400:]}", first), notes
     if rel == "equal" and stop is not None:
@@ -383,6 +422,7 @@ def _common_prefix(expected, got) -> int:
 def best_over_views(views, fn, got=None, start=None):
     """fn(view) -> ((cls, detail, first), notes); the least severe result over the views (ties: the
     view that matches the longest prefix of what was served, so the detail describes the closest one)."""
+
     def key(r):
         (res, _), v = r
         recs = v.records if start is None else [x for x in v.records if x.offset >= start]
@@ -474,95 +514,186 @@ def classify_dump(files: list, dviews: dict, parsed: DumpParser, res: O.OpResult
                     break  # stopped at a batch of an unknown magic, naming it: fine
                 if f_errs:
                     notes.append(f"{name}: dump stopped with an error before batch {i} @ {b.position}")
-                    problems.append(("ERROR_OK", f"{name}: stopped at batch {i} with: {f_errs[0][:300]}", b.base_offset))
+                    problems.append(
+                        ("ERROR_OK", f"{name}: stopped at batch {i} with: {f_errs[0][:300]}", b.base_offset)
+                    )
                 else:
-                    problems.append(("SILENT_WRONG", f"{name}: batch {i} @ position {b.position} (baseOffset "
-                                                     f"{b.base_offset}) missing from the dump, no error", b.base_offset))
+                    problems.append(
+                        (
+                            "SILENT_WRONG",
+                            f"{name}: batch {i} @ position {b.position} (baseOffset "
+                            f"{b.base_offset}) missing from the dump, no error",
+                            b.base_offset,
+                        )
+                    )
                 break
             g = got_b[i]
-            want = {"position": b.position, "size": b.size, "base_offset": b.base_offset,
-                    "last_offset": b.last_offset, "count": b.record_count, "magic": b.magic, "crc": b.crc,
-                    "isvalid": b.crc_ok, "producer_id": b.producer_id, "producer_epoch": b.producer_epoch,
-                    "base_sequence": b.base_sequence, "epoch": b.epoch, "control": b.control,
-                    "transactional": bool(b.attributes & 0x10), "tstype": TSTYPE_NAMES[b.tstype],
-                    "max_timestamp": b.max_timestamp}
+            want = {
+                "position": b.position,
+                "size": b.size,
+                "base_offset": b.base_offset,
+                "last_offset": b.last_offset,
+                "count": b.record_count,
+                "magic": b.magic,
+                "crc": b.crc,
+                "isvalid": b.crc_ok,
+                "producer_id": b.producer_id,
+                "producer_epoch": b.producer_epoch,
+                "base_sequence": b.base_sequence,
+                "epoch": b.epoch,
+                "control": b.control,
+                "transactional": bool(b.attributes & 0x10),
+                "tstype": TSTYPE_NAMES[b.tstype],
+                "max_timestamp": b.max_timestamp,
+            }
             bad = {k: (v, g[k]) for k, v in want.items() if g[k] != v}
             if bad:
-                problems.append(("SILENT_WRONG", f"{name}: batch {i} @ {b.position} printed wrong: "
-                                                 + ", ".join(f"{k} {w} printed as {h}" for k, (w, h) in bad.items()),
-                                 b.base_offset))
+                problems.append(
+                    (
+                        "SILENT_WRONG",
+                        f"{name}: batch {i} @ {b.position} printed wrong: "
+                        + ", ".join(f"{k} {w} printed as {h}" for k, (w, h) in bad.items()),
+                        b.base_offset,
+                    )
+                )
                 break
             recs = g["records"]
             exp_recs = b.records
             if db.magic_unknown:  # printed as if v2: its records may decode or not
                 if g["error"] is not None and not names_place(g["error"]):
-                    problems.append(("BAD_ERROR", f"{name}: batch error does not name file/position: {g['error'][:300]}",
-                                     b.base_offset))
+                    problems.append(
+                        (
+                            "BAD_ERROR",
+                            f"{name}: batch error does not name file/position: {g['error'][:300]}",
+                            b.base_offset,
+                        )
+                    )
                 continue
-            prefix_ok = len(recs) <= len(exp_recs) and all(_dump_rec_eq(e, r, b.control) for e, r in zip(exp_recs, recs))
+            prefix_ok = len(recs) <= len(exp_recs) and all(
+                _dump_rec_eq(e, r, b.control) for e, r in zip(exp_recs, recs)
+            )
             if db.expect_error:
                 if g["error"] is None:
-                    problems.append(("SILENT_WRONG", f"{name}: batch {i} @ {b.position}: records cannot be read "
-                                                     f"({b.structure_error}) but the dump shows "
-                                                     f"{len(recs)} record(s) and no error", b.base_offset))
+                    problems.append(
+                        (
+                            "SILENT_WRONG",
+                            f"{name}: batch {i} @ {b.position}: records cannot be read "
+                            f"({b.structure_error}) but the dump shows "
+                            f"{len(recs)} record(s) and no error",
+                            b.base_offset,
+                        )
+                    )
                 elif not prefix_ok:
-                    problems.append(("SILENT_WRONG", f"{name}: batch {i} @ {b.position}: records printed before "
-                                                     f"the error differ", b.base_offset))
+                    problems.append(
+                        (
+                            "SILENT_WRONG",
+                            f"{name}: batch {i} @ {b.position}: records printed before the error differ",
+                            b.base_offset,
+                        )
+                    )
                 elif not names_place(g["error"]):
-                    problems.append(("BAD_ERROR", f"{name}: batch error does not name file/position: {g['error'][:300]}",
-                                     b.base_offset))
+                    problems.append(
+                        (
+                            "BAD_ERROR",
+                            f"{name}: batch error does not name file/position: {g['error'][:300]}",
+                            b.base_offset,
+                        )
+                    )
                 continue
             if g["error"] is not None:
                 if not prefix_ok:
-                    problems.append(("SILENT_WRONG", f"{name}: batch {i}: records before the error differ", b.base_offset))
+                    problems.append(
+                        ("SILENT_WRONG", f"{name}: batch {i}: records before the error differ", b.base_offset)
+                    )
                 elif not names_place(g["error"]):
-                    problems.append(("BAD_ERROR", f"{name}: batch error does not name file/position: {g['error'][:300]}",
-                                     b.base_offset))
+                    problems.append(
+                        (
+                            "BAD_ERROR",
+                            f"{name}: batch error does not name file/position: {g['error'][:300]}",
+                            b.base_offset,
+                        )
+                    )
                 else:
-                    notes.append(f"{name}: batch {i} @ {b.position} readable by Kafka's rules but dump-log says: "
-                                 f"{g['error'][:200]}")
-                    problems.append(("ERROR_OK", f"{name}: error on a decodable batch: {g['error'][:300]}", b.base_offset))
+                    notes.append(
+                        f"{name}: batch {i} @ {b.position} readable by Kafka's rules but dump-log says: "
+                        f"{g['error'][:200]}"
+                    )
+                    problems.append(
+                        ("ERROR_OK", f"{name}: error on a decodable batch: {g['error'][:300]}", b.base_offset)
+                    )
                 continue
             if len(recs) != len(exp_recs) or not prefix_ok:
-                j = next((j for j, (e, r) in enumerate(zip(exp_recs, recs)) if not _dump_rec_eq(e, r, b.control)),
-                         min(len(recs), len(exp_recs)))
+                j = next(
+                    (j for j, (e, r) in enumerate(zip(exp_recs, recs)) if not _dump_rec_eq(e, r, b.control)),
+                    min(len(recs), len(exp_recs)),
+                )
                 off = exp_recs[j].offset if j < len(exp_recs) else recs[j]["offset"]
-                problems.append(("SILENT_WRONG", f"{name}: batch {i} @ {b.position}: {len(recs)} record line(s) "
-                                                 f"printed, {len(exp_recs)} expected; first difference at record {j}"
-                                                 f" (offset {off})", off))
+                problems.append(
+                    (
+                        "SILENT_WRONG",
+                        f"{name}: batch {i} @ {b.position}: {len(recs)} record line(s) "
+                        f"printed, {len(exp_recs)} expected; first difference at record {j}"
+                        f" (offset {off})",
+                        off,
+                    )
+                )
                 break
         if stopped:
             continue
         if len(got_b) > len(exp.batches):
             g = got_b[len(exp.batches)]
-            problems.append(("SILENT_WRONG", f"{name}: extra batch printed at position {g['position']}", g["base_offset"]))
+            problems.append(
+                ("SILENT_WRONG", f"{name}: extra batch printed at position {g['position']}", g["base_offset"])
+            )
             continue
         if exp.stop_error:
             if not any(f"position {exp.stop_position}" in ln for ln in f_errs):
                 if f_errs:
                     problems.append(("ERROR_OK", f"{name}: stop error at another place: {f_errs[0][:300]}", None))
                 else:
-                    problems.append(("SILENT_WRONG", f"{name}: bytes at {exp.stop_position} cannot be a batch "
-                                                     f"({exp.stop_error}) but the dump says nothing", None))
+                    problems.append(
+                        (
+                            "SILENT_WRONG",
+                            f"{name}: bytes at {exp.stop_position} cannot be a batch "
+                            f"({exp.stop_error}) but the dump says nothing",
+                            None,
+                        )
+                    )
         elif exp.trailing:
             if sec["trailing"] != exp.trailing:
                 if f_errs:
-                    problems.append(("ERROR_OK", f"{name}: error instead of 'Found {exp.trailing} invalid bytes': "
-                                                 f"{f_errs[0][:300]}", None))
+                    problems.append(
+                        (
+                            "ERROR_OK",
+                            f"{name}: error instead of 'Found {exp.trailing} invalid bytes': {f_errs[0][:300]}",
+                            None,
+                        )
+                    )
                 else:
-                    problems.append(("SILENT_WRONG", f"{name}: {exp.trailing} invalid bytes at the end, dump says "
-                                                     f"{sec['trailing']}", None))
+                    problems.append(
+                        (
+                            "SILENT_WRONG",
+                            f"{name}: {exp.trailing} invalid bytes at the end, dump says {sec['trailing']}",
+                            None,
+                        )
+                    )
         elif sec["trailing"]:
-            problems.append(("SILENT_WRONG", f"{name}: dump reports {sec['trailing']} invalid bytes, there are none",
-                             None))
+            problems.append(
+                ("SILENT_WRONG", f"{name}: dump reports {sec['trailing']} invalid bytes, there are none", None)
+            )
     if not problems:
         return ("OK", "", None), notes
     return worst(*problems), notes
 
 
 def _dump_rec_eq(e: Rec, r: dict, control: bool) -> bool:
-    if (e.offset, TSTYPE_NAMES[e.tstype], e.timestamp, e.key_size, e.value_size) != \
-            (r["offset"], r["tstype"], r["timestamp"], r["key_size"], r["value_size"]):
+    if (e.offset, TSTYPE_NAMES[e.tstype], e.timestamp, e.key_size, e.value_size) != (
+        r["offset"],
+        r["tstype"],
+        r["timestamp"],
+        r["key_size"],
+        r["value_size"],
+    ):
         return False
     return control or r["tail"] == e.tail_digest
 
@@ -630,14 +761,26 @@ def snapshot(part_dir: str) -> dict:
 
 
 def _dump_files(part_dir: str) -> list:
-    return sorted(os.path.join(part_dir, n) for n in os.listdir(part_dir)
-                  if re.match(r"^\d{20}\.(log|index|timeindex)$", n))
+    return sorted(
+        os.path.join(part_dir, n) for n in os.listdir(part_dir) if re.match(r"^\d{20}\.(log|index|timeindex)$", n)
+    )
 
 
 class Runner:
-    def __init__(self, corpus: Corpus, *, seed: int, work: str, jobs: int = 1, timeout: float = DEFAULT_TIMEOUT,
-                 mem_cap: int | None = None, ops=None, keep: bool = False, bomb_every: int = DEFAULT_BOMB_EVERY,
-                 verbose: bool = False):
+    def __init__(
+        self,
+        corpus: Corpus,
+        *,
+        seed: int,
+        work: str,
+        jobs: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+        mem_cap: int | None = None,
+        ops=None,
+        keep: bool = False,
+        bomb_every: int = DEFAULT_BOMB_EVERY,
+        verbose: bool = False,
+    ):
         self.corpus = corpus
         self.seed = seed
         self.work = work
@@ -677,7 +820,11 @@ class Runner:
 
     # -- targets
     def target_of(self, k: int) -> str:
-        if self.bomb_every and k % self.bomb_every == self.bomb_every - 1 and "bomb" in self.corpus.manifest["partitions"]:
+        if (
+            self.bomb_every
+            and k % self.bomb_every == self.bomb_every - 1
+            and "bomb" in self.corpus.manifest["partitions"]
+        ):
             return "bomb"
         return TARGETS[k % len(TARGETS)]
 
@@ -722,8 +869,9 @@ class Runner:
         dviews = {f: dump_view(f) for f in files if f.endswith(".log")} if "dump" in ops else {}
         self.oracle_seconds += time.monotonic() - t0
         oracle_desc = "; ".join(view_summary(v) for v in views)
-        base = dict(seed=seed, k=k, target=topic, family=family, mutation=desc, oracle=oracle_desc,
-                    bomb_every=self.bomb_every)
+        base = dict(
+            seed=seed, k=k, target=topic, family=family, mutation=desc, oracle=oracle_desc, bomb_every=self.bomb_every
+        )
         # the middle of the shortest valid prefix over the views: no view has damage before it
         mids = [v.records[len(v.records) // 2].offset for v in views if v.records]
         mid = min(mids) if mids else views[0].log_start
@@ -732,8 +880,9 @@ class Runner:
         for op in ops:
             if op in ("recover_ckpt", "recover_full"):
                 root = root_e if op == "recover_ckpt" else root_f
-                out = self._recover(op, root, topic, tgt, [v for v in views if not v.reader_only] or views[:1],
-                                    root_a, base)
+                out = self._recover(
+                    op, root, topic, tgt, [v for v in views if not v.reader_only] or views[:1], root_a, base
+                )
             else:
                 out = self._read_like(op, root_a, topic, files, views, dviews, mid, base)
                 after = snapshot(part_a)
@@ -771,9 +920,12 @@ class Runner:
                 (cls, det, first), notes = pv, []
             else:
                 (cls, det, first), notes, _ = best_over_views(
-                    views, lambda v: classify_read(v.records, v.stop, parser.records, err), parser.records)
+                    views, lambda v: classify_read(v.records, v.stop, parser.records, err), parser.records
+                )
                 if parser.garbage:
-                    cls, det = worst((cls, det, first), ("BAD_ERROR", f"unparsable output: {parser.garbage[:2]}", None))[:2]
+                    cls, det = worst(
+                        (cls, det, first), ("BAD_ERROR", f"unparsable output: {parser.garbage[:2]}", None)
+                    )[:2]
             return self._outcome(base, op, cls, det, first, notes, res, err_text=_err_tail(res.stderr))
         parser = ApiParser()
         start = None if op == "read" else mid
@@ -785,19 +937,24 @@ class Runner:
         if pv:
             (cls, det, first), notes = pv, []
         elif not excs and not parser.event("done"):
-            (cls, det, first), notes = ("BAD_ERROR", f"child ended without a result (exit {res.exit_code}): "
-                                                     f"{res.stderr[-600:]}", None), []
+            (cls, det, first), notes = (
+                ("BAD_ERROR", f"child ended without a result (exit {res.exit_code}): {res.stderr[-600:]}", None),
+                [],
+            )
         else:
+
             def fn(v):
                 exp = v.records if start is None else [r for r in v.records if r.offset >= start]
                 return classify_read(exp, v.stop, got, err)
+
             (cls, det, first), notes, _ = best_over_views(views, fn, got, start)
         if parser.garbage:
             notes.append(f"the engine wrote to stdout: {parser.garbage[:2]}")
         if start is not None:
             notes.append(f"read from offset {start}")
-        return self._outcome(base, op, cls, det, first, notes, res,
-                             err_text=(err.msg if err else _err_tail(res.stderr)))
+        return self._outcome(
+            base, op, cls, det, first, notes, res, err_text=(err.msg if err else _err_tail(res.stderr))
+        )
 
     def _recover(self, op, root, topic, tgt, pre_views, root_a, base) -> Outcome:
         parser = ApiParser()
@@ -808,8 +965,16 @@ class Runner:
         if pv:
             return self._outcome(base, op, *pv, notes, res, err_text=_err_tail(res.stderr))
         if not excs and not parser.event("done"):
-            return self._outcome(base, op, "BAD_ERROR", f"child ended without a result (exit {res.exit_code})",
-                                 None, notes, res, err_text=res.stderr[-1500:])
+            return self._outcome(
+                base,
+                op,
+                "BAD_ERROR",
+                f"child ended without a result (exit {res.exit_code})",
+                None,
+                notes,
+                res,
+                err_text=res.stderr[-1500:],
+            )
         t0 = time.monotonic()
         post_views = partition_views(root, topic)
         self.oracle_seconds += time.monotonic() - t0
@@ -825,7 +990,8 @@ class Runner:
         for P in pre_views:
             for Q in post_views:
                 if len(Q.records) >= len(P.records) and all(
-                        a.offset == b.offset and a.digest == b.digest for a, b in zip(P.records, Q.records)):
+                    a.offset == b.offset and a.digest == b.digest for a, b in zip(P.records, Q.records)
+                ):
                     pair = (P, Q)
                     break
             if pair:
@@ -838,24 +1004,37 @@ class Runner:
                 if P.stop is None or self._append_must_be_readable(op, root_a, topic, P):
                     continue
                 for Q in post_views:
-                    if (Q.stop is not None and os.path.basename(Q.stop.file) == os.path.basename(P.stop.file)
-                            and Q.stop.position < P.stop.position
-                            and Q.stop.batch_base_offset is not None
-                            and [(r.offset, r.digest) for r in Q.records]
-                            == [(r.offset, r.digest) for r in P.records if r.offset < Q.stop.batch_base_offset]):
+                    if (
+                        Q.stop is not None
+                        and os.path.basename(Q.stop.file) == os.path.basename(P.stop.file)
+                        and Q.stop.position < P.stop.position
+                        and Q.stop.batch_base_offset is not None
+                        and [(r.offset, r.digest) for r in Q.records]
+                        == [(r.offset, r.digest) for r in P.records if r.offset < Q.stop.batch_base_offset]
+                    ):
                         kept = [r for r in P.records if r.offset < Q.stop.batch_base_offset]
                         pair = (dataclasses.replace(P, records=kept, end_offset=Q.stop.batch_base_offset), Q)
-                        notes.append(f"the batch at {Q.stop.position} before the damage below the recovery point "
-                                     f"claims offsets past it: {Q.stop.reason}")
+                        notes.append(
+                            f"the batch at {Q.stop.position} before the damage below the recovery point "
+                            f"claims offsets past it: {Q.stop.reason}"
+                        )
                         break
                 if pair:
                     break
         if pair is None:  # describe it against the closest pair of views
-            P, Q = max(((p, q) for p in pre_views for q in post_views),
-                       key=lambda pq: _common_prefix(pq[0].records, [(r.offset, r.digest) for r in pq[1].records]))
+            P, Q = max(
+                ((p, q) for p in pre_views for q in post_views),
+                key=lambda pq: _common_prefix(pq[0].records, [(r.offset, r.digest) for r in pq[1].records]),
+            )
             rel, first, det = compare(P.records, [(r.offset, r.digest, r.preview) for r in Q.records])
-            verdicts.append(("LOST", f"after opening for writing: {det} (before: {view_summary(P)}; "
-                                     f"post-session oracle: {view_summary(Q)})", first))
+            verdicts.append(
+                (
+                    "LOST",
+                    f"after opening for writing: {det} (before: {view_summary(P)}; "
+                    f"post-session oracle: {view_summary(Q)})",
+                    first,
+                )
+            )
         else:
             P, Q = pair
         # 2. the appended record: no reused offset; readable when recovery had to cut the damage
@@ -867,8 +1046,13 @@ class Runner:
             elif err.kind != "project":
                 verdicts.append(("BAD_ERROR", f"{write_exc['stage']}: {err.msg[-600:]}", None))
             elif not err.place_ok:
-                verdicts.append(("BAD_ERROR", f"{write_exc['stage']}: error does not name a file and a "
-                                              f"position/offset: {err.msg[-400:]}", None))
+                verdicts.append(
+                    (
+                        "BAD_ERROR",
+                        f"{write_exc['stage']}: error does not name a file and a position/offset: {err.msg[-400:]}",
+                        None,
+                    )
+                )
             else:
                 notes.append(f"{write_exc['stage']} refused: {err.msg[-300:]}")
                 verdicts.append(("ERROR_OK", f"{write_exc['stage']} raised a project error", None))
@@ -879,29 +1063,52 @@ class Runner:
             # damage, so the log end is the valid prefix's end) inside the last valid batch's range
             last_rec = P.records[-1].offset if P.records else -1
             if x <= last_rec or (must_read and x < P.end_offset):
-                verdicts.append(("SILENT_WRONG", f"the append got offset {x}, below the valid prefix's end "
-                                                 f"{P.end_offset}: an offset is reused", x))
+                verdicts.append(
+                    (
+                        "SILENT_WRONG",
+                        f"the append got offset {x}, below the valid prefix's end {P.end_offset}: an offset is reused",
+                        x,
+                    )
+                )
             in_q = [r for r in Q.records if r.offset == x and r.digest == app_digest]
             if in_q and len(Q.records) > len(P.records) + 1:
-                notes.append(f"{len(Q.records) - len(P.records) - 1} record(s) beyond the valid prefix are readable "
-                             f"after the session, before the appended one")
+                notes.append(
+                    f"{len(Q.records) - len(P.records) - 1} record(s) beyond the valid prefix are readable "
+                    f"after the session, before the appended one"
+                )
             if must_read and not (in_q and Q.records[-1].offset == x):
-                verdicts.append(("LOST", f"the record appended at offset {x} after recovery is not readable "
-                                         f"(post-session oracle: {view_summary(Q)}; valid prefix before: "
-                                         f"{view_summary(P)})", x))
+                verdicts.append(
+                    (
+                        "LOST",
+                        f"the record appended at offset {x} after recovery is not readable "
+                        f"(post-session oracle: {view_summary(Q)}; valid prefix before: "
+                        f"{view_summary(P)})",
+                        x,
+                    )
+                )
             elif not in_q:
-                why = ("a batch whose records cannot be read (recovery does not parse records)"
-                       if P.stop and P.stop.level == "records" else "damage below the recovery point")
+                why = (
+                    "a batch whose records cannot be read (recovery does not parse records)"
+                    if P.stop and P.stop.level == "records"
+                    else "damage below the recovery point"
+                )
                 notes.append(f"appended record at {x} sits behind {why}")
                 own = parser.phases["appended"]
                 if not (own and own[0][0] == x and own[0][1] == app_digest):
-                    verdicts.append(("LOST", f"the record appended at offset {x}, behind {why}, cannot be read "
-                                             f"from its own offset either: {parser.event('appended_read_exc')}", x))
+                    verdicts.append(
+                        (
+                            "LOST",
+                            f"the record appended at offset {x}, behind {why}, cannot be read "
+                            f"from its own offset either: {parser.event('appended_read_exc')}",
+                            x,
+                        )
+                    )
         # 3. the read afterwards, against the post-session oracle
         got = parser.phases["after"]
         err = api_error(read_exc)
         (cls, det, first), rnotes, _ = best_over_views(
-            post_views, lambda v: classify_read(v.records, v.stop, got, err), got)
+            post_views, lambda v: classify_read(v.records, v.stop, got, err), got
+        )
         notes += rnotes
         if cls != "OK":
             det = f"read after reopening: {det}"
@@ -926,10 +1133,18 @@ class Runner:
         return at >= r  # (a damaged header's own offsets say little: the lower of the two places it)
 
     def _outcome(self, base, op, cls, det, first, notes, res, err_text=""):
-        return Outcome(**base, op=op, cls=cls, detail=det, first_diff=first, notes=list(notes),
-                       error=(err_text or "")[-2500:], seconds=round(res.seconds, 2),
-                       maxrss_mb=round(res.maxrss_kb / 1024, 1),
-                       vmpeak_mb=round(res.vmpeak / 2**20, 1) if res.vmpeak else None)
+        return Outcome(
+            **base,
+            op=op,
+            cls=cls,
+            detail=det,
+            first_diff=first,
+            notes=list(notes),
+            error=(err_text or "")[-2500:],
+            seconds=round(res.seconds, 2),
+            maxrss_mb=round(res.maxrss_kb / 1024, 1),
+            vmpeak_mb=round(res.vmpeak / 2**20, 1) if res.vmpeak else None,
+        )
 
     def run(self, ks, *, seed: int | None = None, ops=None) -> list:
         """Every operation on each mutant of `ks` (ints, or "clean:<topic>"); outcomes in order."""
@@ -949,8 +1164,7 @@ class Runner:
         try:
             return self.run_mutant(k, seed, ops)
         except M.Skip as e:
-            return [Outcome(seed, k, "?", "skip", str(e), op, "OK", "mutation skipped")
-                    for op in (ops or self.ops)]
+            return [Outcome(seed, k, "?", "skip", str(e), op, "OK", "mutation skipped") for op in (ops or self.ops)]
 
 
 def _err_tail(stderr: str) -> str:
@@ -973,8 +1187,9 @@ def summary_table(outcomes: list) -> str:
     for op in ops:
         c = counts[op]
         tot.update(c)
-        lines.append(f"{O.OP_LETTER[op] + ' ' + op:<16}" + "".join(f"{c[x]:>{w}}" for x in CLASSES)
-                     + f"{sum(c.values()):>7}")
+        lines.append(
+            f"{O.OP_LETTER[op] + ' ' + op:<16}" + "".join(f"{c[x]:>{w}}" for x in CLASSES) + f"{sum(c.values()):>7}"
+        )
     lines.append("-" * len(head))
     lines.append(f"{'all':<16}" + "".join(f"{tot[x]:>{w}}" for x in CLASSES) + f"{sum(tot.values()):>7}")
     return "\n".join(lines)
@@ -990,13 +1205,19 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", help="letters a-f or names, comma-separated (default: all six)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT)
-    ap.add_argument("--mem-cap-mb", type=int, help=f"RLIMIT_AS of each operation (default: the fork server's "
-                                                    f"address space + {DEFAULT_MEM_HEADROOM_MB} MiB)")
+    ap.add_argument(
+        "--mem-cap-mb",
+        type=int,
+        help=f"RLIMIT_AS of each operation (default: the fork server's address space + {DEFAULT_MEM_HEADROOM_MB} MiB)",
+    )
     ap.add_argument("--corpus", help="a corpus directory built before (python -m tests.fuzz.corpus DIR)")
     ap.add_argument("--no-bomb", action="store_true")
-    ap.add_argument("--bomb-every", type=int, default=DEFAULT_BOMB_EVERY,
-                    help="mutant k targets the bomb when k %% N == N-1 (0: never); the test suite's quick "
-                         "mode uses 0")
+    ap.add_argument(
+        "--bomb-every",
+        type=int,
+        default=DEFAULT_BOMB_EVERY,
+        help="mutant k targets the bomb when k %% N == N-1 (0: never); the test suite's quick mode uses 0",
+    )
     ap.add_argument("--keep", help="keep mutant directories under this directory")
     ap.add_argument("--json", help="write every outcome to this file")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1019,10 +1240,18 @@ def main(argv=None) -> int:
         t_corpus = time.monotonic() - t0
         work = args.keep or os.path.join(tmp, "work")
         os.makedirs(work, exist_ok=True)
-        runner = Runner(corpus, seed=args.seed, work=work, jobs=args.jobs, timeout=args.timeout,
-                        mem_cap=args.mem_cap_mb * 2**20 if args.mem_cap_mb else None, ops=ops,
-                        keep=bool(args.keep), bomb_every=0 if args.no_bomb else args.bomb_every,
-                        verbose=args.verbose)
+        runner = Runner(
+            corpus,
+            seed=args.seed,
+            work=work,
+            jobs=args.jobs,
+            timeout=args.timeout,
+            mem_cap=args.mem_cap_mb * 2**20 if args.mem_cap_mb else None,
+            ops=ops,
+            keep=bool(args.keep),
+            bomb_every=0 if args.no_bomb else args.bomb_every,
+            verbose=args.verbose,
+        )
         try:
             ks = []
             if args.clean:
@@ -1040,9 +1269,11 @@ def main(argv=None) -> int:
         if not args.verbose:
             for o in failures:
                 print(o.message())
-        print(f"seed {args.seed}: {len([k for k in ks])} mutant(s) x {len(ops)} op(s); corpus {t_corpus:.1f}s, "
-              f"run {t_run:.1f}s (oracle {runner.oracle_seconds:.1f}s), memory cap "
-              f"{(runner.mem_cap or 0) / 2**20:.0f} MiB, timeout {args.timeout:.0f}s")
+        print(
+            f"seed {args.seed}: {len([k for k in ks])} mutant(s) x {len(ops)} op(s); corpus {t_corpus:.1f}s, "
+            f"run {t_run:.1f}s (oracle {runner.oracle_seconds:.1f}s), memory cap "
+            f"{(runner.mem_cap or 0) / 2**20:.0f} MiB, timeout {args.timeout:.0f}s"
+        )
         print(summary_table(outcomes))
         if args.json:
             with open(args.json, "w") as f:

@@ -35,9 +35,9 @@ BROKER_DEFAULTS = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
-    "log.cleaner.backoff.ms": "200",             # the cleaner looks for work often (default 15 s)
-    "log.retention.check.interval.ms": "1000",   # retention runs often (default 5 min)
-    "log.initial.task.delay.ms": "0",            # and starts at once (default 30 s)
+    "log.cleaner.backoff.ms": "200",  # the cleaner looks for work often (default 15 s)
+    "log.retention.check.interval.ms": "1000",  # retention runs often (default 5 min)
+    "log.initial.task.delay.ms": "0",  # and starts at once (default 30 s)
     # the tests write timestamps from 2023; a topic whose test is about retention sets retention.ms itself
     "log.retention.ms": "-1",
 }
@@ -68,8 +68,11 @@ def tool_classes() -> Path:
     if not (out / "KafkaTool.class").exists():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["javac", "-nowarn", "-cp", jars.kafka_classpath(), "-d", str(tmp), str(TOOL_SOURCE)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["javac", "-nowarn", "-cp", jars.kafka_classpath(), "-d", str(tmp), str(TOOL_SOURCE)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             raise BrokerError(f"javac KafkaTool.java failed:\n{done.stderr}")
         try:
@@ -139,15 +142,19 @@ class KafkaBroker:
             cluster_id = "-"
             while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: no id the tool reads as an option
                 cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
-            done = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config),
-                                             "--standalone"), capture_output=True, text=True)
+            done = subprocess.run(
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--standalone"),
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 raise BrokerError(f"kafka-storage format failed:\n{done.stdout}\n{done.stderr}")
         self._formatted = True
         self._log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         out = open(self.workdir / "stdout.txt", "ab")
-        self.proc = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         out.close()
         self._wait(self._answers, "the broker to answer on " + self.bootstrap)
         return self
@@ -171,8 +178,9 @@ class KafkaBroker:
         deadline = time.monotonic() + HANG_S
         while not condition():
             if self.proc is not None and self.proc.poll() is not None:
-                raise BrokerError(f"the broker exited ({self.proc.returncode}) while waiting for {what}\n"
-                                  + self.log_tail())
+                raise BrokerError(
+                    f"the broker exited ({self.proc.returncode}) while waiting for {what}\n" + self.log_tail()
+                )
             if time.monotonic() > deadline:
                 raise BrokerError(f"no sign of {what} after {HANG_S:.0f} s (a hang)\n" + self.log_tail())
             time.sleep(0.05)
@@ -228,20 +236,34 @@ class KafkaBroker:
 
     def tool(self, *commands: dict) -> list:
         """Run KafkaTool commands (Kafka's Java producer, consumer, admin) in one JVM; one result each."""
-        cmd = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-Dlog4j2.level=WARN",
-               "-cp", f"{jars.kafka_classpath()}{os.pathsep}{tool_classes()}", "KafkaTool", self.bootstrap]
+        cmd = [
+            "java",
+            "-Xmx512m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-Dlog4j2.level=WARN",
+            "-cp",
+            f"{jars.kafka_classpath()}{os.pathsep}{tool_classes()}",
+            "KafkaTool",
+            self.bootstrap,
+        ]
         done = subprocess.run(cmd, input=json.dumps(list(commands)), capture_output=True, text=True)
         if done.returncode != 0:
-            raise BrokerError(f"KafkaTool {[c['op'] for c in commands]} failed:\n"
-                              + "\n".join(done.stderr.splitlines()[-30:]) + "\n" + self.log_tail(20))
+            raise BrokerError(
+                f"KafkaTool {[c['op'] for c in commands]} failed:\n"
+                + "\n".join(done.stderr.splitlines()[-30:])
+                + "\n"
+                + self.log_tail(20)
+            )
         return json.loads(done.stdout)
 
     def dump_log(self, files: Iterable[str | os.PathLike], *flags: str) -> str:
         """Kafka's DumpLogSegments (kafka-dump-log.sh) over these files."""
         args = ["--files", ",".join(str(f) for f in files), *flags]
-        done = subprocess.run(self._java("org.apache.kafka.tools.DumpLogSegments", *args, log4j=False),
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            self._java("org.apache.kafka.tools.DumpLogSegments", *args, log4j=False), capture_output=True, text=True
+        )
         if done.returncode != 0:
             raise BrokerError(f"DumpLogSegments {args} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         return done.stdout

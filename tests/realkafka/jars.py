@@ -23,8 +23,10 @@ CONNECTOR_POM = HERE / "spark-kafka-pom.xml"
 # Maven Central serves Spark's artifacts up to 4.2.0: a newer pyspark gets the newest connector served
 # (tests/test_kafka_connector.py runs it there and docs/spark.md says how that was checked).
 NEWEST_CONNECTOR = "4.2.0"
-NEEDS = ("the real-Kafka tests need Java 17 and Maven (`java`, `mvn` on PATH) to fetch Kafka "
-         "4.4.0 and Spark's Kafka connector from Maven Central")
+NEEDS = (
+    "the real-Kafka tests need Java 17 and Maven (`java`, `mvn` on PATH) to fetch Kafka "
+    "4.4.0 and Spark's Kafka connector from Maven Central"
+)
 
 
 class Unavailable(RuntimeError):
@@ -52,8 +54,17 @@ def _resolve(pom: Path, name: str, properties: dict[str, str]) -> Path:
         raise Unavailable(f"{NEEDS}; missing: {', '.join(missing_tools())}")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    cmd = ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
-           f"-DoutputDirectory={out}", *(f"-D{k}={v}" for k, v in properties.items())]
+    cmd = [
+        "mvn",
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={out}",
+        *(f"-D{k}={v}" for k, v in properties.items()),
+    ]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if done.returncode != 0:
         shutil.rmtree(out, ignore_errors=True)

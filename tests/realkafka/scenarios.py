@@ -33,14 +33,14 @@ BASE_TS = 1_700_000_000_000  # 2023-11-14: every explicit CreateTime is around h
 ONE_TIMESTAMP = BASE_TS + 2_000_150  # asked for every topic: inside the transactions, after or before the others
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
-CODEC_TOPIC = PREFIX + "codecs"          # one partition per codec, every key/value/header shape, rolls
+CODEC_TOPIC = PREFIX + "codecs"  # one partition per codec, every key/value/header shape, rolls
 IDEMPOTENT_TOPIC = PREFIX + "idempotent"  # two idempotent producer sessions, many small segments, index per batch
 APPEND_TIME_TOPIC = PREFIX + "logappend"  # message.timestamp.type=LogAppendTime
-TXN_TOPIC = PREFIX + "txn"               # committed and aborted transactions
-KEPT_TOPIC = PREFIX + "compact-kept"     # cleaned twice; tombstones kept (delete.retention.ms one day)
+TXN_TOPIC = PREFIX + "txn"  # committed and aborted transactions
+KEPT_TOPIC = PREFIX + "compact-kept"  # cleaned twice; tombstones kept (delete.retention.ms one day)
 PURGED_TOPIC = PREFIX + "compact-purged"  # cleaned twice; tombstones past their delete horizon are gone
-DELETED_TOPIC = PREFIX + "deleted"       # deleteRecords: a raised log start offset
-TRIGGER_TOPIC = PREFIX + "trigger"       # deleted at the end: the broker checkpoints log start offsets then
+DELETED_TOPIC = PREFIX + "deleted"  # deleteRecords: a raised log start offset
+TRIGGER_TOPIC = PREFIX + "trigger"  # deleted at the end: the broker checkpoints log start offsets then
 
 # deleteRecords targets: partition 0 inside a batch in the middle of a segment, partition 1 at a segment's base
 # (batches of 10 records from offset 0, two batches per segment: see _deleted() and TOPICS).
@@ -53,15 +53,15 @@ NO_AUTOSEND = {"linger.ms": "600000", "batch.size": "1048576"}  # only a flush s
 @dataclass
 class Scenario:
     broker: KafkaBroker
-    topics: dict[str, int]                      # topic -> partition count
-    records: dict[str, list[dict]]              # topic -> Kafka consumer's records (read_uncommitted)
-    queries: dict[str, list[int]]               # topic -> timestamps asked of offsetsForTimes
+    topics: dict[str, int]  # topic -> partition count
+    records: dict[str, list[dict]]  # topic -> Kafka consumer's records (read_uncommitted)
+    queries: dict[str, list[int]]  # topic -> timestamps asked of offsetsForTimes
     offsets_for_times: dict[tuple[str, int], dict[int, int | None]]  # (topic, T) -> {partition: offset or None}
-    earliest: dict[tuple[str, int], int]        # ListOffsets earliest (the low watermark)
-    latest: dict[tuple[str, int], int]          # ListOffsets latest (the high watermark)
-    kafka_dump: dict[str, str]                  # file path -> DumpLogSegments output for it (DUMP_FLAG)
-    kafka_dump_err: str                         # and its report on stderr (index mismatches, non-consecutive offsets)
-    files: list[str]                            # every .log/.index/.timeindex/.txnindex of the b2k topics
+    earliest: dict[tuple[str, int], int]  # ListOffsets earliest (the low watermark)
+    latest: dict[tuple[str, int], int]  # ListOffsets latest (the high watermark)
+    kafka_dump: dict[str, str]  # file path -> DumpLogSegments output for it (DUMP_FLAG)
+    kafka_dump_err: str  # and its report on stderr (index mismatches, non-consecutive offsets)
+    files: list[str]  # every .log/.index/.timeindex/.txnindex of the b2k topics
     produced: dict[str, list[dict]] = field(default_factory=dict)  # topic -> producer results, in send order
     timings: dict[str, float] = field(default_factory=dict)  # seconds per step of build()
 
@@ -73,8 +73,9 @@ class Scenario:
 # ---------------------------------------------------------------- records
 
 
-def _rec(value: bytes | None, *, key: bytes | None = None, headers=(), ts: int | None = None,
-         partition: int | None = None) -> dict:
+def _rec(
+    value: bytes | None, *, key: bytes | None = None, headers=(), ts: int | None = None, partition: int | None = None
+) -> dict:
     r = {"key": b64(key), "value": b64(value), "headers": [[k, b64(v)] for k, v in headers]}
     if ts is not None:
         r["timestamp"] = ts
@@ -88,8 +89,7 @@ PROSE = b"the quick brown fox jumps over the lazy dog; " * 4  # compressible: ev
 
 def _shaped(i: int, partition: int, tag: str, ts: int) -> dict:
     """Record i of a partition with one of several key, value and header shapes."""
-    key = (None if i % 5 == 0 else bytes([0xFF, 0xFE, i % 256]) + b"-bin" if i % 7 == 3
-           else f"key-{i % 9}".encode())
+    key = None if i % 5 == 0 else bytes([0xFF, 0xFE, i % 256]) + b"-bin" if i % 7 == 3 else f"key-{i % 9}".encode()
     if i % 13 == 6:
         value = None
     elif i % 11 == 4:
@@ -98,9 +98,12 @@ def _shaped(i: int, partition: int, tag: str, ts: int) -> dict:
         value = f"ünïcødé ✓ {tag} {i} ".encode() + PROSE
     else:
         value = f"{tag} record {i} ".encode() + PROSE
-    headers = [(), [("trace", f"t-{i}".encode())],
-               [("nullable", None), ("dup", b"1"), ("dup", b"2")],
-               [("", b"\x00\xff"), ("ключ", "значение".encode()), ("empty", b"")]][i % 4]
+    headers = [
+        (),
+        [("trace", f"t-{i}".encode())],
+        [("nullable", None), ("dup", b"1"), ("dup", b"2")],
+        [("", b"\x00\xff"), ("ключ", "значение".encode()), ("empty", b"")],
+    ][i % 4]
     return _rec(value, key=key, headers=headers, ts=ts, partition=partition)
 
 
@@ -119,7 +122,7 @@ def _groups(sends: list[dict], sizes) -> list[dict]:
     steps, i, k = [], 0, 0
     while i < len(sends):
         n = sizes[k % len(sizes)]
-        steps += [{"send": s} for s in sends[i:i + n]] + [{"flush": 1}]
+        steps += [{"send": s} for s in sends[i : i + n]] + [{"flush": 1}]
         i, k = i + n, k + 1
     return steps
 
@@ -134,12 +137,27 @@ def _codecs() -> list[dict]:
         steps = _groups(sends, (5, 1, 6, 3))  # uncompressed, 6 records stay below the segment size
         # and Kafka's own sendMany: keys and values from a format, a rising timestamp
         for start in (700, 720):
-            steps += [{"sendMany": {"count": 6, "partition": p, "key": f"{codec}-many-{start}-%d",
-                                    "value": f"{codec} many %d " + PROSE.decode(),
-                                    "timestamp": BASE_TS + p * 100_000 + start, "timestampStep": 3}}, {"flush": 1}]
-        cmds.append({"op": "produce", "topic": CODEC_TOPIC,
-                     "config": {"compression.type": codec, "enable.idempotence": "false", "acks": "1",
-                                **NO_AUTOSEND}, "steps": steps})
+            steps += [
+                {
+                    "sendMany": {
+                        "count": 6,
+                        "partition": p,
+                        "key": f"{codec}-many-{start}-%d",
+                        "value": f"{codec} many %d " + PROSE.decode(),
+                        "timestamp": BASE_TS + p * 100_000 + start,
+                        "timestampStep": 3,
+                    }
+                },
+                {"flush": 1},
+            ]
+        cmds.append(
+            {
+                "op": "produce",
+                "topic": CODEC_TOPIC,
+                "config": {"compression.type": codec, "enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
+                "steps": steps,
+            }
+        )
     return cmds
 
 
@@ -153,18 +171,33 @@ def _idempotent() -> list[dict]:
                 # the second session's last 10 records carry no timestamp: the producer's clock (now)
                 ts = None if session == 1 and i >= 80 else _backwards_ts(BASE_TS + 1_000_000 + p * 50_000, n)
                 sends.append(_shaped(n, p, f"idem{session}", ts))
-        cmds.append({"op": "produce", "topic": IDEMPOTENT_TOPIC,
-                     "config": {"enable.idempotence": "true", "acks": "all", "compression.type": "lz4",
-                                "max.in.flight.requests.per.connection": "5", **NO_AUTOSEND},
-                     "steps": _groups(sends, (8, 2, 14))})
+        cmds.append(
+            {
+                "op": "produce",
+                "topic": IDEMPOTENT_TOPIC,
+                "config": {
+                    "enable.idempotence": "true",
+                    "acks": "all",
+                    "compression.type": "lz4",
+                    "max.in.flight.requests.per.connection": "5",
+                    **NO_AUTOSEND,
+                },
+                "steps": _groups(sends, (8, 2, 14)),
+            }
+        )
     return cmds
 
 
 def _append_time() -> list[dict]:
     sends = [_shaped(i, i % 2, "appendtime", BASE_TS + i) for i in range(40)]
-    return [{"op": "produce", "topic": APPEND_TIME_TOPIC,
-             "config": {"compression.type": "gzip", "enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
-             "steps": _groups(sends, (6, 10, 4))}]
+    return [
+        {
+            "op": "produce",
+            "topic": APPEND_TIME_TOPIC,
+            "config": {"compression.type": "gzip", "enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
+            "steps": _groups(sends, (6, 10, 4)),
+        }
+    ]
 
 
 def _txn() -> list[dict]:
@@ -179,14 +212,25 @@ def _txn() -> list[dict]:
                 i += 1
         return out
 
-    for outcome, counts in (("commit", {0: 5, 1: 4}), ("abort", {0: 4, 1: 3}), ("commit", {0: 6}),
-                            ("abort", {1: 5}), ("commit", {0: 3, 1: 3}), ("abort", {0: 2, 1: 2}),
-                            ("commit", {0: 4, 1: 1})):
+    for outcome, counts in (
+        ("commit", {0: 5, 1: 4}),
+        ("abort", {0: 4, 1: 3}),
+        ("commit", {0: 6}),
+        ("abort", {1: 5}),
+        ("commit", {0: 3, 1: 3}),
+        ("abort", {0: 2, 1: 2}),
+        ("commit", {0: 4, 1: 1}),
+    ):
         # the flush before an abort puts the aborted records in the log (read_uncommitted returns them)
         steps += [{"begin": 1}, *sends(counts, outcome), {"flush": 1}, {outcome: 1}]
-    return [{"op": "produce", "topic": TXN_TOPIC,
-             "config": {"transactional.id": "b2k-txn-producer", "compression.type": "snappy", **NO_AUTOSEND},
-             "steps": steps}]
+    return [
+        {
+            "op": "produce",
+            "topic": TXN_TOPIC,
+            "config": {"transactional.id": "b2k-txn-producer", "compression.type": "snappy", **NO_AUTOSEND},
+            "steps": steps,
+        }
+    ]
 
 
 def _compacted(topic: str, round_: int) -> list[dict]:
@@ -198,8 +242,15 @@ def _compacted(topic: str, round_: int) -> list[dict]:
     if round_ == 0:
         for r in range(3):
             for k in range(10):
-                sends.append(_rec(f"r{r} k{k} ".encode() + PROSE[:60], key=f"k{k}".encode(), ts=ts,
-                                  headers=[("round", str(r).encode())], partition=0))
+                sends.append(
+                    _rec(
+                        f"r{r} k{k} ".encode() + PROSE[:60],
+                        key=f"k{k}".encode(),
+                        ts=ts,
+                        headers=[("round", str(r).encode())],
+                        partition=0,
+                    )
+                )
                 ts += 1
         for k in (3, 7):
             sends.append(_rec(None, key=f"k{k}".encode(), ts=ts, partition=0))
@@ -209,32 +260,54 @@ def _compacted(topic: str, round_: int) -> list[dict]:
             sends.append(_rec(f"r9 k{k} ".encode() + PROSE[:60], key=f"k{k}".encode(), ts=ts + 100 + k, partition=0))
     roll = BASE_TS + 3_000_000 + (round_ + 1) * 2_000  # more than segment.ms after the segment's first record
     fill = [_rec(b"filler " + PROSE[:60], key=f"f{round_}-{k}".encode(), ts=roll + k, partition=0) for k in range(3)]
-    return [{"op": "produce", "topic": topic, "config": {"enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
-             "steps": _groups(sends, (5,)) + _groups(fill, (3,))}]
+    return [
+        {
+            "op": "produce",
+            "topic": topic,
+            "config": {"enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
+            "steps": _groups(sends, (5,)) + _groups(fill, (3,)),
+        }
+    ]
 
 
 def _deleted() -> list[dict]:
-    sends = [_rec(f"deleted {i} ".encode() + PROSE[:40], key=f"d{i}".encode(), ts=BASE_TS + 4_000_000 + i, partition=p)
-             for p in range(2) for i in range(100)]
+    sends = [
+        _rec(f"deleted {i} ".encode() + PROSE[:40], key=f"d{i}".encode(), ts=BASE_TS + 4_000_000 + i, partition=p)
+        for p in range(2)
+        for i in range(100)
+    ]
     by_p = {p: [s for s in sends if s["partition"] == p] for p in range(2)}
     steps = []
     for g in range(10):  # batches of 10 records, both partitions
-        steps += [{"send": s} for p in range(2) for s in by_p[p][g * 10:(g + 1) * 10]] + [{"flush": 1}]
-    return [{"op": "produce", "topic": DELETED_TOPIC,
-             "config": {"enable.idempotence": "false", "acks": "1", **NO_AUTOSEND}, "steps": steps},
-            {"op": "deleteRecords", "topic": DELETED_TOPIC, "offsets": {str(p): o for p, o in LOW_WATERMARKS.items()}}]
+        steps += [{"send": s} for p in range(2) for s in by_p[p][g * 10 : (g + 1) * 10]] + [{"flush": 1}]
+    return [
+        {
+            "op": "produce",
+            "topic": DELETED_TOPIC,
+            "config": {"enable.idempotence": "false", "acks": "1", **NO_AUTOSEND},
+            "steps": steps,
+        },
+        {"op": "deleteRecords", "topic": DELETED_TOPIC, "offsets": {str(p): o for p, o in LOW_WATERMARKS.items()}},
+    ]
 
 
 # Segments roll only where a record's timestamp is segment.ms past its segment's first (never by size): the cleaner
 # can start only once a round is written whole, so each round is cleaned by exactly one pass.
-COMPACT = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "min.compaction.lag.ms": "0",
-           "segment.ms": "1000", "index.interval.bytes": "1"}
+COMPACT = {
+    "cleanup.policy": "compact",
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
+    "segment.ms": "1000",
+    "index.interval.bytes": "1",
+}
 
 TOPICS: dict[str, tuple[int, dict]] = {
     CODEC_TOPIC: (len(CODECS), {"internal.segment.bytes": "2000", "index.interval.bytes": "300"}),
     IDEMPOTENT_TOPIC: (2, {"internal.segment.bytes": "2500", "index.interval.bytes": "1"}),
-    APPEND_TIME_TOPIC: (2, {"message.timestamp.type": "LogAppendTime", "internal.segment.bytes": "1500",
-                            "index.interval.bytes": "1"}),
+    APPEND_TIME_TOPIC: (
+        2,
+        {"message.timestamp.type": "LogAppendTime", "internal.segment.bytes": "1500", "index.interval.bytes": "1"},
+    ),
     TXN_TOPIC: (2, {"internal.segment.bytes": "1500", "index.interval.bytes": "1"}),
     KEPT_TOPIC: (1, {**COMPACT, "delete.retention.ms": "86400000"}),
     PURGED_TOPIC: (1, {**COMPACT, "delete.retention.ms": "0"}),
@@ -274,8 +347,9 @@ SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 
 def live_bases(partition_dir: Path) -> list[int]:
     """Base offsets of the segments a partition dir holds now (.log files not renamed to .deleted)."""
-    return sorted(int(m.group(1)) for f in os.listdir(partition_dir)
-                  if (m := SEGMENT_FILE.match(f)) and m.group(2) == "log")
+    return sorted(
+        int(m.group(1)) for f in os.listdir(partition_dir) if (m := SEGMENT_FILE.match(f)) and m.group(2) == "log"
+    )
 
 
 def _cleaned_to_active(broker: KafkaBroker, topic: str) -> bool:
@@ -332,9 +406,16 @@ def build(broker: KafkaBroker) -> Scenario:
 
     creates = [{"op": "createTopic", "topic": t, "partitions": n, "configs": cfg} for t, (n, cfg) in TOPICS.items()]
     creates.append({"op": "createTopic", "topic": TRIGGER_TOPIC, "partitions": 1})
-    first = [*_codecs(), *_idempotent(), *_append_time(), *_txn(), *_compacted(KEPT_TOPIC, 0),
-             *_compacted(PURGED_TOPIC, 0), *_deleted()]
-    results = broker.tool(*creates, *first)[len(creates):]
+    first = [
+        *_codecs(),
+        *_idempotent(),
+        *_append_time(),
+        *_txn(),
+        *_compacted(KEPT_TOPIC, 0),
+        *_compacted(PURGED_TOPIC, 0),
+        *_deleted(),
+    ]
+    results = broker.tool(*creates, *first)[len(creates) :]
     produced: dict[str, list[dict]] = {}
     for cmd, res in zip(first, results):
         if cmd["op"] == "produce":
@@ -354,8 +435,11 @@ def build(broker: KafkaBroker) -> Scenario:
         wait_until(broker, lambda: _cleaned_to_active(broker, topic), f"the cleaner to finish {topic}-0 (round 1)")
     took("produce and clean, round 1")
     for p, lw in LOW_WATERMARKS.items():
-        wait_until(broker, lambda: _old_segments_renamed(broker, DELETED_TOPIC, p, lw),
-                   f"retention to delete the segments of {DELETED_TOPIC}-{p} below {lw}")
+        wait_until(
+            broker,
+            lambda: _old_segments_renamed(broker, DELETED_TOPIC, p, lw),
+            f"retention to delete the segments of {DELETED_TOPIC}-{p} below {lw}",
+        )
 
     took("retention after deleteRecords")
     # the broker's LogManager.asyncDelete writes the log dir's log-start-offset-checkpoint at once, where it
@@ -366,8 +450,12 @@ def build(broker: KafkaBroker) -> Scenario:
     def start_checkpointed() -> bool:
         # Kafka checkpoints a log start only when it lies above the first segment's base offset
         ck = read_checkpoint(checkpoint)
-        return all(ck.get((DELETED_TOPIC, p)) == lw for p, lw in LOW_WATERMARKS.items()
-                   if lw > live_bases(broker.log_dir / f"{DELETED_TOPIC}-{p}")[0])
+        return all(
+            ck.get((DELETED_TOPIC, p)) == lw
+            for p, lw in LOW_WATERMARKS.items()
+            if lw > live_bases(broker.log_dir / f"{DELETED_TOPIC}-{p}")[0]
+        )
+
     wait_until(broker, start_checkpointed, "the broker to checkpoint the log start offsets of " + DELETED_TOPIC)
     took("delete a topic: log start checkpoint")
 
@@ -376,8 +464,11 @@ def build(broker: KafkaBroker) -> Scenario:
     # a consumer that does not wait for more data (fetch.max.wait.ms) at the end of each partition
     asks = [{"op": "consume", "topic": t, "config": {"fetch.max.wait.ms": "20"}} for t in topics]
     asks += [{"op": "offsetsForTimes", "topic": t, "timestamp": q} for t in topics for q in queries[t]]
-    asks += [{"op": "listOffsets", "topic": t, "partitions": list(range(n)), "spec": spec}
-             for spec in ("earliest", "latest") for t, n in topics.items()]
+    asks += [
+        {"op": "listOffsets", "topic": t, "partitions": list(range(n)), "spec": spec}
+        for spec in ("earliest", "latest")
+        for t, n in topics.items()
+    ]
     answers = broker.tool(*asks)
     took(f"consume, {len(asks) - len(topics)} offsetsForTimes / listOffsets")
     records = {t: _tool_records(res) for t, res in zip(topics, answers)}
@@ -385,17 +476,36 @@ def build(broker: KafkaBroker) -> Scenario:
     for ask, ans in zip(asks, answers):
         if ask["op"] == "offsetsForTimes":
             offsets_for_times[(ask["topic"], ask["timestamp"])] = {
-                int(p): (None if v is None else v["offset"]) for p, v in ans.items()}
-    lists = answers[len(asks) - 2 * len(topics):]
-    earliest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[:len(topics)]) for p, v in ans.items()}
-    latest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics):]) for p, v in ans.items()}
+                int(p): (None if v is None else v["offset"]) for p, v in ans.items()
+            }
+    lists = answers[len(asks) - 2 * len(topics) :]
+    earliest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[: len(topics)]) for p, v in ans.items()}
+    latest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics) :]) for p, v in ans.items()}
 
-    files = sorted(str(broker.log_dir / d / f) for t, n in topics.items() for p in range(n)
-                   for d in [f"{t}-{p}"] for f in os.listdir(broker.log_dir / d) if SEGMENT_FILE.match(f))
+    files = sorted(
+        str(broker.log_dir / d / f)
+        for t, n in topics.items()
+        for p in range(n)
+        for d in [f"{t}-{p}"]
+        for f in os.listdir(broker.log_dir / d)
+        if SEGMENT_FILE.match(f)
+    )
     out, err = dump_log_segments(broker, files, DUMP_FLAG)
     took("DumpLogSegments")
-    return Scenario(broker, topics, records, queries, offsets_for_times, earliest, latest, split_dump(out), err, files,
-                    produced, timings)
+    return Scenario(
+        broker,
+        topics,
+        records,
+        queries,
+        offsets_for_times,
+        earliest,
+        latest,
+        split_dump(out),
+        err,
+        files,
+        produced,
+        timings,
+    )
 
 
 def dump_log_segments(broker: KafkaBroker, files: list[str], *flags: str) -> tuple[str, str]:
@@ -414,7 +524,7 @@ def split_dump(text: str) -> dict[str, str]:
     current = None
     for line in text.splitlines(keepends=True):
         if line.startswith("Dumping "):
-            current = line[len("Dumping "):].strip()
+            current = line[len("Dumping ") :].strip()
             out[current] = ""
         if current is not None:
             out[current] += line
