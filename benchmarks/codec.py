@@ -97,12 +97,11 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     compression.set_threads(args.threads)
 
+    import aiokafka.record.default_records as aio_mod
     from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBuilder
     from aiokafka.record.memory_records import MemoryRecords as AioRecords
     from kafka.record.default_records import DefaultRecordBatchBuilder as KpBuilder
     from kafka.record.memory_records import MemoryRecords as KpRecords
-
-    import aiokafka.record.default_records as aio_mod
 
     print(
         f"aiokafka builder: {AioBuilder.__module__}.{AioBuilder.__name__}"

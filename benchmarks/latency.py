@@ -269,10 +269,10 @@ def register_timed(spark, log_path: str) -> None:
 
     def probe():
         """Install the counters once per process; return (state dict, emit function)."""
+        import json as _json
         import os as _os
         import sys as _sys
         import time as _time
-        import json as _json
 
         st = getattr(_sys, "_kl_latency", None)
         if st is None:
@@ -758,7 +758,7 @@ def measure(args, work: str) -> None:
     ]
     for _ in range(args.rounds):
         for queries, dests in plan:
-            for r, dest in zip(in_fresh_process(args, work, queries), dests):
+            for r, dest in zip(in_fresh_process(args, work, queries), dests, strict=False):
                 if dest is not None:
                     dest.setdefault(r["what"].split(":")[1], []).append(r)
     spark = session("kafkalog-latency")

@@ -369,7 +369,6 @@ def op_plan_spark(env: Env, layout: Layout) -> Result:
 
 def op_trigger(env: Env, layout: Layout) -> Result:
     from python_datasource import reader as rd
-
     from storage.log_offsets import SETTLE_NS
 
     # a trigger reuses a partition's offsets once its files are SETTLE_NS old: measure the steady state

@@ -34,6 +34,7 @@ from pyspark.sql import SparkSession  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sink import machine_busy_seconds, tree_cpu_seconds  # noqa: E402
+
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.builder import build_records  # noqa: E402
 from storage.topic_partition import TopicPartition  # noqa: E402

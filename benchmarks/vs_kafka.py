@@ -69,16 +69,16 @@ from latency import (  # noqa: E402
     register_floors,
     write_inputs,
 )
+
+# The floors are classes of those modules (defined inside their functions) that call module functions
+# (latency.rows): Spark's Python workers get them by value, as when each script runs them as __main__.
+from pyspark import cloudpickle  # noqa: E402
 from realkafka import jars  # noqa: E402
 from realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
 from sink import Bench, machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 from source import floor_source  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
-
-# The floors are classes of those modules (defined inside their functions) that call module functions
-# (latency.rows): Spark's Python workers get them by value, as when each script runs them as __main__.
-from pyspark import cloudpickle  # noqa: E402
 
 for _module in ("latency", "sink", "source"):
     cloudpickle.register_pickle_by_value(sys.modules[_module])
@@ -475,7 +475,7 @@ class VsKafka:
         offs = self.broker.tool(
             *({"op": "listOffsets", "topic": t, "partitions": list(range(PARTITIONS)), "spec": "latest"} for t in names)
         )
-        for t, o in zip(names, offs):
+        for t, o in zip(names, offs, strict=False):
             held = sum(v["offset"] for v in o.values())
             if held != self.used[t]:
                 raise RuntimeError(f"broker topic {t} holds {held} records, {self.used[t]} were written")

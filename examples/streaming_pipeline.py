@@ -22,8 +22,8 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from storage.log_manager import LogManager  # noqa: E402
 from storage.errors import UnknownTopicOrPartitionError  # noqa: E402
+from storage.log_manager import LogManager  # noqa: E402
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "demo-logs")
 target = int(sys.argv[2]) if len(sys.argv) > 2 else 3000

@@ -56,6 +56,7 @@ from storage.checkpoint import (
     parse_checkpoint,
 )
 from storage.errors import CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
+from storage.file_records import head
 from storage.log_manager import LogManager
 from storage.objects.immutable_segment import IndexBuilder
 from storage.records.decoder import iter_decoded
@@ -71,7 +72,6 @@ from storage.records.record_batch import (
     compute_crc,
     validate_batches,
 )
-from storage.file_records import head
 from storage.topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,

@@ -568,7 +568,7 @@ def _fsspec_defaults(urls: list[str], options: dict):
 def _table(header: list[str], rows: list[list]) -> list[str]:
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
 
 
 def _json_value(v):
@@ -631,7 +631,8 @@ def cmd_delete_records(args, stdin, out, err) -> int:
 
 
 def cmd_maintain(args, stdin, out, err) -> int:
-    from .maintenance import main as spark_main, run_forever, run_once
+    from .maintenance import main as spark_main
+    from .maintenance import run_forever, run_once
 
     lm = _existing(args)
     for t in args.topic or []:

@@ -8,16 +8,17 @@ memory at once; a batch is never read whole unless it fits --max-message-size.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, TextIO
+from typing import TextIO
 
 import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
 from storage.errors import KafkaLogError
-from storage.filesystem import LogFileSystem
 from storage.file_records import BatchChunk, select_batches
+from storage.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -182,7 +183,7 @@ class SegmentReader:
             max_ts = np.full(len(scan), -1, np.int64)
             if want_last_offsets is not None:
                 sel = np.flatnonzero(np.isin(last, want_last_offsets))
-                for i, got in zip(sel.tolist(), _records_of(arr, scan, base, source, sel)):
+                for i, got in zip(sel.tolist(), _records_of(arr, scan, base, source, sel), strict=False):
                     if isinstance(got, Exception):
                         errors[base + int(scan.positions[i])] = one_line(got)
                     elif got.num_rows:
@@ -430,7 +431,7 @@ def _dump_batches(
             prev = np.concatenate(([state["last_offset"]], offs[:-1]))
             gaps = np.flatnonzero((offs != prev + 1) & (prev != -1))
             if gaps.size:
-                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist()))
+                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False))
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

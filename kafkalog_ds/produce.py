@@ -28,9 +28,9 @@ import pyarrow.json as pj
 from storage.errors import KafkaLogError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
-from storage.staging.partitioner import partition_for_keys
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType
+from storage.staging.partitioner import partition_for_keys
 from storage.topic_partition import TopicPartition, validate_topic_name
 
 BLOCK_BYTES = 4 * 1024 * 1024  # stdin is parsed in blocks of about this size, cut at a line end

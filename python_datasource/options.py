@@ -7,8 +7,8 @@ import hashlib
 import logging
 import os
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from storage.errors import InvalidConfigError
 from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig
@@ -75,7 +75,7 @@ class SinkOptions:
     compression_level: int | None = None  # compression.<codec>.level, as Kafka's producer takes it
 
     @classmethod
-    def parse(cls, options: dict) -> "SinkOptions":
+    def parse(cls, options: dict) -> SinkOptions:
         opts = {k.lower(): v for k, v in options.items()}
         path = opts.get("path")
         if not path:

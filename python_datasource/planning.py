@@ -238,7 +238,7 @@ def split(
     for r in rs:
         pieces = -(-(r.end - r.start) // max_records)
         bounds = [r.start + (r.end - r.start) * k // pieces for k in range(pieces)] + [r.end]
-        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if a < b)
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b)
     return out
 
 
@@ -261,5 +261,5 @@ def _split_min(lm: LogManager, rs: list[OffsetRange], min_partitions: int | None
             if best is not None and best not in cuts:
                 cuts.append(best)
         bounds = [r.start] + sorted(cuts) + [r.end]
-        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if a < b)
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if a < b)
     return out

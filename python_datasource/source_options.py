@@ -114,7 +114,7 @@ class SourceOptions:
     max_records_per_partition: int | None = None
 
     @classmethod
-    def parse(cls, options: dict, *, streaming: bool | None) -> "SourceOptions":
+    def parse(cls, options: dict, *, streaming: bool | None) -> SourceOptions:
         """Check and parse reader options as Spark's Kafka source does. streaming=None: only what a
         batch and a stream read share (DataSource.schema() does not know which it serves)."""
         o = {k.lower(): v for k, v in options.items()}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, List, Optional
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -23,7 +23,7 @@ from .options import SINK_COLUMNS, SinkOptions
 
 @dataclass
 class KafkaLogCommitMessage(WriterCommitMessage):
-    staged: Optional[StagedFile]  # byte ranges of the task's staging file; None when it had no rows
+    staged: StagedFile | None  # byte ranges of the task's staging file; None when it had no rows
 
 
 def _task_index() -> int:
@@ -69,7 +69,7 @@ class _StagingWriter:
     def _lm(self) -> LogManager:
         return LogManager(self.options.path, self.options.storage_options)
 
-    def _commit(self, messages: List[Optional[KafkaLogCommitMessage]], batch_id: int, ephemeral: bool) -> None:
+    def _commit(self, messages: list[KafkaLogCommitMessage | None], batch_id: int, ephemeral: bool) -> None:
         staged = [m.staged for m in messages if m is not None and m.staged is not None]
         commit_staged(
             self._lm(), self.writer_id, batch_id, staged, ephemeral=ephemeral, lock_timeout=self.options.lock_timeout_s

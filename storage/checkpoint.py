@@ -7,7 +7,7 @@ number of entries, then one `topic partition offset` line per entry.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import KafkaStorageError
 from .filesystem import LogFileSystem

@@ -12,8 +12,8 @@ anywhere else it is corruption.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import crc32c as _crc32c
 import numpy as np
@@ -230,7 +230,7 @@ def find_valid_batch(
                 & (lengths + LOG_OVERHEAD <= max_batch_size)
                 & (cand + LOG_OVERHEAD + lengths <= len(buf))
             )
-            for c, length in zip(cand[ok].tolist(), lengths[ok].tolist()):
+            for c, length in zip(cand[ok].tolist(), lengths[ok].tolist(), strict=False):
                 batch = buf[c : c + LOG_OVERHEAD + length]
                 stored = int.from_bytes(batch[CRC_OFFSET : CRC_OFFSET + 4].tobytes(), "big")
                 if _crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]) != stored:

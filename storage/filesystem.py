@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 from .errors import KafkaStorageError
 
@@ -69,7 +70,7 @@ class FileReader:
     the bytes it started with when a cleaner swap or retention renames the name away (as Kafka's
     open FileChannels do)."""
 
-    def __init__(self, fs: "LogFileSystem", path: str):
+    def __init__(self, fs: LogFileSystem, path: str):
         self.fs, self.path = fs, path
 
     def size(self) -> int:

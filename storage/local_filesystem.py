@@ -21,7 +21,6 @@ from .errors import KafkaStorageError, LogLockedError
 from .filesystem import Appender, Capabilities, FileInfo, FileReader, FileVersion, LogFileSystem
 from .local_mounts import check_lockable
 
-
 # ---------------------------------------------------------------- local disk
 
 
@@ -364,7 +363,7 @@ class LocalFileSystem(LogFileSystem):
 
 
 class _MemoryAppender(Appender):
-    def __init__(self, fs: "MemoryFileSystem", path: str, create: bool):
+    def __init__(self, fs: MemoryFileSystem, path: str, create: bool):
         if not fs._fs.exists(path):
             if not create:
                 raise KafkaStorageError(f"cannot open {path} for append: no such file")

@@ -7,8 +7,9 @@ import bisect
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,8 +18,8 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
 
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
-from .objects.immutable_segment import create_segment_object, immutable_segments
 from .log_config import LogConfig
+from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .log_validator import (
     assign_offsets,
     check_built,
@@ -27,10 +28,10 @@ from .log_validator import (
     stamp_log_append_time,
     validate_input,
 )
-from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
+from .objects.immutable_segment import create_segment_object, immutable_segments
+from .objects.segment_metadata import largest_timestamp
 from .producer_state import read_hint
 from .records.record_batch import BatchScan
-from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -462,7 +463,7 @@ class Log:
             self._lock.close()
             self._lock = None
 
-    def __enter__(self) -> "Log":
+    def __enter__(self) -> Log:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -500,7 +501,7 @@ class Log:
 
     def read_records(
         self, start_offset: int, max_offset: int | None = None, *, skip_control: bool = True
-    ) -> Iterator["pyarrow.RecordBatch"]:
+    ) -> Iterator[pyarrow.RecordBatch]:
         """Decoded records in [start_offset, max_offset) as Arrow batches (decoder.RECORD_SCHEMA), with
         memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold."""
         from .records.decoder import iter_decoded

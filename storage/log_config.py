@@ -12,8 +12,9 @@ import difflib
 import functools
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
 
 from .errors import InvalidConfigError
 
@@ -414,7 +415,7 @@ class LogConfig:
 
     # -- construction
     @classmethod
-    def from_dict(cls, overrides: Mapping[str, Any] | None = None) -> "LogConfig":
+    def from_dict(cls, overrides: Mapping[str, Any] | None = None) -> LogConfig:
         """Defaults overridden by `overrides` (Kafka names; strings parsed as Kafka parses them)."""
         kwargs = {}
         for name, value in (overrides or {}).items():
@@ -424,7 +425,7 @@ class LogConfig:
             kwargs[key.attr] = parse_value(key, value)
         return cls(**kwargs, explicit=frozenset(overrides or {}))
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "LogConfig":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
         """A new config: this one's overrides, then `overrides` on top."""
         return LogConfig.from_dict({**self.overrides, **dict(overrides)})
 

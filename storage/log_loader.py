@@ -27,15 +27,15 @@ from .errors import (
     UnknownTopicOrPartitionError,
 )
 from .filesystem import FileInfo, LogFileSystem
+from .log import Log
+from .log_config import LogConfig
+from .log_segment import LogSegment, segment_settings
 from .objects.immutable_segment import (
     check_exclusive_create,
     immutable_segments,
     next_offset_of,
     rebuild_indexes,
 )
-from .log import Log
-from .log_config import LogConfig
-from .log_segment import LogSegment, segment_settings
 from .producer_state import producer_state_for
 from .segment_swap import LocalSwapPlan, cleaner_output_lock, object_swap_last_offset, plan_local_swaps
 from .topic_partition import (
@@ -425,7 +425,7 @@ class LogLoader:
             view[base] = seg  # no index entries: reads scan it (it is short-lived)
             ranges.append((base, nxt))
         ranges.sort()
-        for (b1, n1), (b2, _) in zip(ranges, ranges[1:]):
+        for (b1, n1), (b2, _) in zip(ranges, ranges[1:], strict=False):
             if b2 < n1:
                 raise KafkaStorageError(
                     f"partition {self.tp.topic}-{self.tp.partition}: segment swaps at offsets {b1} and {b2} overlap in "

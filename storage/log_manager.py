@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 from .checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE,

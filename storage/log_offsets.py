@@ -17,8 +17,8 @@ every time.
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable
 
 from .filesystem import FileVersion
 from .log_manager import LogManager

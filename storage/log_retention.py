@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from .filesystem import LogFileSystem
 from .log import Log

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
@@ -99,7 +99,7 @@ class LogSegment:
         self._reader = None  # FileReader of the .log, opened with the indexes' on first read
 
     @classmethod
-    def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> "LogSegment":
+    def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> LogSegment:
         seg = cls(fs, dir, base_offset, log_size=0, index_size=0, time_index_size=0, **kwargs)
         for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
             fs.write_atomic(path, b"", durable=False)

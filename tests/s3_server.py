@@ -207,7 +207,7 @@ class S3Server:
             "client_kwargs": {"region_name": REGION},
         }
 
-    def start(self) -> "S3Server":
+    def start(self) -> S3Server:
         self._thread.start()
         self.create_bucket(BUCKET)
         return self

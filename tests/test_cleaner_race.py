@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from kafka_reference import kp_batch, kp_parse
 
 from kafkalog_ds.maintenance import run_once

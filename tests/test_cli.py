@@ -223,7 +223,7 @@ def test_round_trip_headers_nulls_and_partitions(capsys, root):
     for p in range(n):
         mine = [g for g in got if g["partition"] == p]
         assert [g["offset"] for g in mine] == list(range(len(expected[p])))
-        for g, r in zip(mine, expected[p]):
+        for g, r in zip(mine, expected[p], strict=False):
             assert g["topic"] == "rt" and g["timestampType"] == "CreateTime"
             assert (g["key"], g["value"]) == (r.get("key"), r["value"])
             assert g["headers"] == r.get("headers", [])

@@ -20,8 +20,8 @@ from python_datasource.reader import FailedStreamReader, KafkaLogStreamReader, s
 from python_datasource.source_options import SourceOptions
 from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
-from storage.staging.record_stager import RecordStager
 from storage.records.record_batch import CompressionType
+from storage.staging.record_stager import RecordStager
 from storage.topic_partition import TopicPartition
 
 
@@ -262,6 +262,7 @@ def test_the_zstd_level_is_the_producers_or_else_the_topics(tmp_path):
     compresses: the option when given, else the topic's setting, else Kafka's 3. Checked by the stored
     sizes against pyarrow's zstd at those levels, and by reading the records back."""
     import numpy as np
+
     from storage.staging.staged_commit import commit_staged
 
     assert SinkOptions.parse({"path": "/p", "compression.type": "zstd"}).compression_level is None

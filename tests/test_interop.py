@@ -41,7 +41,7 @@ def rows():
 
 
 def as_table(records) -> pa.Table:
-    ts, keys, values, headers = zip(*records)
+    ts, keys, values, headers = zip(*records, strict=False)
     return pa.table(
         {
             "timestamp": pa.array(ts, pa.int64()),

@@ -30,7 +30,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from realkafka import scenarios as S
 
 pytestmark = pytest.mark.kafka
@@ -187,7 +186,7 @@ def record_differences(expected: list[tuple], got: list[tuple]) -> list[str]:
     for k in sorted(have.keys() - exp.keys()):
         out.append(f"{k}: extra, Kafka's consumer does not return it (timestamp {have[k][3]}, key {short(have[k][5])})")
     for k in sorted(exp.keys() & have.keys()):
-        for name, a, b in zip(FIELDS, exp[k][3:], have[k][3:]):
+        for name, a, b in zip(FIELDS, exp[k][3:], have[k][3:], strict=False):
             if a != b:
                 out.append(f"{k}: {name} {short(b)}, Kafka's consumer says {short(a)}")
     if len(expected) != len(exp):
@@ -198,7 +197,7 @@ def record_differences(expected: list[tuple], got: list[tuple]) -> list[str]:
 def assert_same_records(expected: list[tuple], got: list[tuple], what: str) -> None:
     assert expected, f"{what}: nothing expected (a broken scenario)"
     if not what.startswith("spark"):  # what Spark collects comes in no particular order
-        out_of_order = [(a[:3], b[:3]) for a, b in zip(got, got[1:]) if a[:2] == b[:2] and b[2] <= a[2]]
+        out_of_order = [(a[:3], b[:3]) for a, b in zip(got, got[1:], strict=False) if a[:2] == b[:2] and b[2] <= a[2]]
         assert not out_of_order, f"{what}: offsets out of order within a partition: {out_of_order[:5]}"
     diffs = record_differences(expected, got)
     assert not diffs, f"{what}: {len(diffs)} difference(s) from Kafka's consumer:\n" + "\n".join(diffs[:25])
@@ -250,7 +249,7 @@ def test_the_scenario_is_what_it_claims(scenario):
     assert any(("nullable", None) in r["headers"] for r in recs) and any(r["headers"] == [] for r in recs)
     # timestamps go backwards within a partition
     ts = [r["timestamp"] for r in recs if r["partition"] == 0]
-    assert any(b < a for a, b in zip(ts, ts[1:]))
+    assert any(b < a for a, b in zip(ts, ts[1:], strict=False))
     # idempotent: two producer ids with sequences; many segments, an index entry per batch
     for p in range(2):
         batches = batches_of(sc, dump, S.IDEMPOTENT_TOPIC, p)
@@ -420,7 +419,7 @@ def test_dump_log_matches_kafkas_dump_log_segments(logs, phase):
     detail = []
     for f in differ[:3]:
         a, b = theirs[f].splitlines(), ours.get(f, "").splitlines()
-        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
         detail.append(
             f"{f} line {first}:\n  Kafka:    {a[first] if first < len(a) else '(end)'}\n"
             f"  kafkalog: {b[first] if first < len(b) else '(end)'}"

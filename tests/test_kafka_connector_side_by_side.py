@@ -33,7 +33,6 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-
 from realkafka.broker import b64
 
 from storage.log_manager import LogManager

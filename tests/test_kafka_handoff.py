@@ -183,7 +183,7 @@ def _consumed(broker, topics) -> dict[str, dict[int, list[tuple]]]:
     """Every record of each topic as Kafka's Java consumer returns it, in kafkalog's shape."""
     results = broker.tool(*({"op": "consume", "topic": t} for t in topics))
     out = {}
-    for topic, records in zip(topics, results):
+    for topic, records in zip(topics, results, strict=False):
         per = {p: [] for p in range(PARTITIONS)}
         for r in records:
             per[r["partition"]].append(
@@ -206,7 +206,7 @@ def _differences(expected: dict, got: dict) -> list[str]:
         a, b = expected.get(p, []), got.get(p, [])
         if len(a) != len(b):
             diffs.append(f"partition {p}: {len(a)} records expected, {len(b)} read")
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if x != y:
                 diffs.append(f"partition {p}: expected {x!r:.200}, read {y!r:.200}")
     return diffs
@@ -336,7 +336,7 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
             for t in TOPICS
         )
     )
-    topic_ids = {t: r["topicId"] for t, r in zip(TOPICS, created)}
+    topic_ids = {t: r["topicId"] for t, r in zip(TOPICS, created, strict=False)}
     log_dir = b.log_dir
     _wait(
         lambda: all((log_dir / f"{t}-{p}" / "partition.metadata").exists() for t in TOPICS for p in range(PARTITIONS)),
@@ -573,7 +573,7 @@ def test_list_offsets_by_timestamp_gives_kafkalogs_offsets(handoff, broker):
             expected.append(want)
     got = broker.tool(*commands)
     diffs = []
-    for cmd, want, answer in zip(commands, expected, got):
+    for cmd, want, answer in zip(commands, expected, got, strict=False):
         have = {int(p): (v["offset"], v["timestamp"]) for p, v in answer.items()}
         if have != want:
             diffs.append(f"{cmd['topic']} {cmd['spec']}: broker {have}, kafkalog {want}")

@@ -242,7 +242,7 @@ def test_append_of_encoder_output_with_its_scan_writes_the_same_files(tmp_path, 
         }
     )
     roots = [str(tmp_path / "checked"), str(tmp_path / "built")]
-    for root, built in zip(roots, (False, True)):
+    for root, built in zip(roots, (False, True), strict=False):
         lm = make(root, segment_bytes=40_000 if codec == "none" else 1_500, index_interval_bytes=700)
         with lm.open_log(TP, writable=True) as log:
             for a in range(0, 3000, 700):

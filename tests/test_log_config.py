@@ -284,11 +284,11 @@ def test_parse_config_pairs():
 
 
 def test_the_smallest_batch_is_what_the_config_floor_says():
+    import pyarrow as pa
+
     from storage.log_config import MIN_BATCH_BYTES as floor
     from storage.records.builder import build_records
     from storage.records.record_batch import MIN_BATCH_BYTES
-
-    import pyarrow as pa
 
     smallest = build_records(pa.table({"key": pa.array([None], pa.binary()), "value": pa.array([None], pa.binary())}))
     assert floor == MIN_BATCH_BYTES == len(smallest)

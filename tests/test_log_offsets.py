@@ -13,9 +13,9 @@ import time
 
 import pytest
 from kafka_reference import kp_batch
+from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
 import storage.checkpoint as checkpoint_module
-from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 from python_datasource.reader import KafkaLogBatchReader, KafkaLogStreamReader
 from python_datasource.source_options import SourceOptions
 from storage.errors import UnknownTopicOrPartitionError
@@ -190,9 +190,9 @@ def test_a_commit_over_many_partitions_rewrites_the_checkpoints_once(root, monke
     (it was rewritten, and reparsed, once per partition), and every record is where it belongs."""
     import pyarrow as pa
 
+    from storage.records.record_batch import CompressionType
     from storage.staging.record_stager import RecordStager
     from storage.staging.staged_commit import commit_staged
-    from storage.records.record_batch import CompressionType
 
     lm = LogManager(root)
     lm.create_topic("t", 40)

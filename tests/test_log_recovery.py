@@ -9,7 +9,6 @@ from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
 from storage.errors import CorruptRecordError
 from storage.log_manager import LogManager
-from storage.records import record_batch as rb
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

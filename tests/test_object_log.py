@@ -98,14 +98,14 @@ def random_append(rng, n0):
     vals = [b"value-%d-" % (n0 + i) + b"x" * rng.randint(0, 80) for i in range(n)]
     if rng.random() < 0.3:
         codec = rng.choice(["none", "gzip", "zstd"])
-        data = b"".join(kp_batch([(t, k, v, [])], codec=codec) for t, k, v in zip(ts, keys, vals))
+        data = b"".join(kp_batch([(t, k, v, [])], codec=codec) for t, k, v in zip(ts, keys, vals, strict=False))
     else:
         codec = rng.choice(list(CompressionType))
         table = pa.table(
             {"key": pa.array(keys, pa.binary()), "value": vals, "timestamp": pa.array(ts, pa.timestamp("ms"))}
         )
         data = build_records(table, compression=codec, max_batch_bytes=rng.choice([200, 700, 100_000]))
-    return data, list(zip(ts, keys, vals))
+    return data, list(zip(ts, keys, vals, strict=False))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -144,7 +144,7 @@ def test_appends_reads_reopens_and_timestamp_lookups_match_a_model(seed):
                     zip(
                         got.column("timestamp").cast(pa.int64()).to_pylist(),
                         got.column("key").to_pylist(),
-                        got.column("value").to_pylist(),
+                        got.column("value").to_pylist(), strict=False,
                     )
                 )
                 == model[lo:hi]

@@ -103,7 +103,7 @@ def read_all(log, start=None) -> list[tuple]:
             t.column("offset").to_pylist(),
             t.column("timestamp").cast(pa.int64()).to_pylist(),
             t.column("key").to_pylist(),
-            t.column("value").to_pylist(),
+            t.column("value").to_pylist(), strict=False,
         )
     )
 
@@ -656,8 +656,8 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
 @pytest.mark.parametrize("kind", ["local", "memory"])
 def test_the_merge_is_offered_on_local_disk_too(tmp_path, kind):
     """With locks and append (an opt-in there): the cleaner's swap, same groups, same bytes, Kafka's indexes."""
-    from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
     from storage.cleaner.segment_merger import merge_small_segments
+    from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 
     fs, root = (
         (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(), f"/m-{uuid.uuid4().hex}")

@@ -117,7 +117,7 @@ def read_records(root) -> list[tuple]:
     if not batches:
         return []
     t = pa.Table.from_batches(batches)
-    return list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist()))
+    return list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist(), strict=False))
 
 
 def append_after(root) -> int:
@@ -153,7 +153,7 @@ def old_or_new(got, old, new, groups):
     rest = [r for r in old if not any(lo <= r[0] < hi for lo, hi in groups)]
     for choice in itertools.product([0, 1], repeat=len(groups)):
         want = list(rest)
-        for (lo, hi), c in zip(groups, choice):
+        for (lo, hi), c in zip(groups, choice, strict=False):
             want += [r for r in (new if c else old) if lo <= r[0] < hi]
         if got == sorted(want):
             return True

@@ -11,8 +11,8 @@ import uuid
 import fsspec
 import numpy as np
 import pytest
-
 from s3_server import BUCKET, s3_root, s3_server  # noqa: F401  (fixtures)
+
 from storage.errors import InvalidConfigError, KafkaStorageError
 from storage.filesystem_factory import open_filesystem
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem

@@ -30,10 +30,12 @@ from storage.records.record_batch import (
     CRC_OFFSET,
     RECORD_BATCH_OVERHEAD,
     SCAN_PARTIAL,
-    CompressionType as C,
     TimestampType,
     compute_crc,
     scan_batches,
+)
+from storage.records.record_batch import (
+    CompressionType as C,
 )
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -56,7 +58,7 @@ def batches_of(buf: bytes):
     """Each batch's header (via record_batch) and bytes."""
     scan = scan_batches(buf)
     assert scan.end == len(buf)
-    return [(scan.header(i), buf[int(p) : int(p) + int(s)]) for i, (p, s) in enumerate(zip(scan.positions, scan.sizes))]
+    return [(scan.header(i), buf[int(p) : int(p) + int(s)]) for i, (p, s) in enumerate(zip(scan.positions, scan.sizes, strict=False))]
 
 
 def kp_records(buf: bytes):
@@ -710,7 +712,7 @@ row = st.tuples(binary, binary, st.integers(-(2**45), 2**45), st.one_of(st.none(
     ts_type=st.sampled_from(list(TimestampType)),
 )
 def test_property_round_trip_and_kafka_python_agrees(rows, codec, limit, base_offset, ts_type):
-    keys, values, ts, hdrs = (list(x) for x in zip(*rows)) if rows else ([], [], [], [])
+    keys, values, ts, hdrs = (list(x) for x in zip(*rows, strict=False)) if rows else ([], [], [], [])
     t = table(keys, values, ts, hdrs)
     try:
         buf = build_records(

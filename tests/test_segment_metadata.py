@@ -12,12 +12,12 @@ import pytest
 from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
 import storage.objects.object_reader as object_reader
+from storage.cleaner.segment_merger import merge_small_segments
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
+from storage.objects.segment_metadata import SegmentMetadata
 from storage.producer_state import STATE_FILE, read_hint
 from storage.records.builder import build_records
-from storage.cleaner.segment_merger import merge_small_segments
-from storage.objects.segment_metadata import SegmentMetadata
 from storage.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -204,13 +204,13 @@ def test_reading_a_log_fetches_each_byte_once(monkeypatch):
         assert sum(b.num_rows for b in log.read_records(0)) == 1200
         for name in {n for n, _, _ in fetched}:
             ranges = sorted((s, e) for n, s, e in fetched if n == name)
-            assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), (name, ranges)  # no byte twice
+            assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:], strict=False)), (name, ranges)  # no byte twice
         assert sum(e - s for _, s, e in fetched) == sum(sizes)
         fetched.clear()
         got = list(log.read_records(1000, 1010))
         assert pa.Table.from_batches(got).column("offset").to_pylist() == list(range(1000, 1010))
         ranges = sorted((s, e) for _, s, e in fetched)
-        assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), ranges
+        assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:], strict=False)), ranges
 
 
 def test_a_lookup_on_s3_is_bounded_and_reads_no_log_object_whole(s3_server, s3_root):

@@ -19,11 +19,11 @@ import sys
 import time
 
 import pytest
+import spark_kill_driver as driver
 from kafka.partitioner.default import murmur2  # kafka-python's port of the Java client's hash
 from kafka_reference import kp_parse
-
-import spark_kill_driver as driver
 from spark_procs import kill_session, session_procs
+
 from storage.log_manager import LogManager
 from storage.producer_state import STATE_FILE
 from storage.staging.staged_commit import STAGED_PREFIX

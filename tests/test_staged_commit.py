@@ -122,7 +122,7 @@ def test_two_writers_on_one_partition_serialize_whole_batches(root):
     import struct
 
     owners = [struct.unpack_from(">q", data, b["position"] + 43)[0] for b in batches]  # producerId per batch
-    runs = [owners[0]] + [o for a, o in zip(owners, owners[1:]) if o != a]
+    runs = [owners[0]] + [o for a, o in zip(owners, owners[1:], strict=False) if o != a]
     assert set(owners) == {1, 2} and len(runs) <= 30
 
 
@@ -186,8 +186,9 @@ def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark
 
 
 def _edit_state(lm, tp, edit):
-    from storage.producer_state import STATE_FILE
     import json
+
+    from storage.producer_state import STATE_FILE
 
     path = os.path.join(lm.partition_dir(tp), STATE_FILE)
     doc = json.load(open(path))

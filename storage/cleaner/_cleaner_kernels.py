@@ -15,9 +15,9 @@ other 50 + 1) counts the distinct keys of the range to map, so that the table is
 
 from __future__ import annotations
 
-from ..jit import njit
 import numpy as np
 
+from ..jit import njit
 from ..records._record_kernels import (
     E_KEY_LENGTH,
     E_OFFSET_DELTA,

@@ -28,15 +28,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _cleaner_kernels as K
-from .cleaner_batches import bounded_chunks, empty_batch, framing_error, record_areas, rewritten_batches
 from ..errors import InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
-from ..log import Log
 from ..local_filesystem import LocalFileSystem
+from ..log import Log
 from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment
+from ..records import record_batch as rb
+from ..records.record_batch import as_uint8, scan_batches, validate_batches
+from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
+from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
+from . import _cleaner_kernels as K
+from .cleaner_batches import bounded_chunks, empty_batch, framing_error, record_areas, rewritten_batches
 from .offset_map import (
     DEFAULT_DEDUPE_BUFFER_SIZE,
     DEFAULT_LOAD_FACTOR,
@@ -44,11 +48,7 @@ from .offset_map import (
     KeyCounter,
     SkimpyOffsetMap,
 )
-from ..records import record_batch as rb
-from ..records.record_batch import as_uint8, scan_batches, validate_batches
-from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
 from .throttler import UNLIMITED, Throttler
-from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class CleanerConfig:
         SkimpyOffsetMap.check_memory(self.dedupe_buffer_size)
 
     @classmethod
-    def from_dict(cls, settings: dict) -> "CleanerConfig":
+    def from_dict(cls, settings: dict) -> CleanerConfig:
         """From Kafka names (log.cleaner.dedupe.buffer.size, ...); values may be strings."""
         kwargs = {}
         for name, value in settings.items():

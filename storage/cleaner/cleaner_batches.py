@@ -5,14 +5,14 @@ from __future__ import annotations
 import crc32c as _crc32c
 import numpy as np
 
-from . import _cleaner_kernels as K
 from ..errors import CorruptRecordError
+from ..file_records import select_batches
 from ..records import record_batch as rb
 from ..records._record_kernels import MIN_RECORD_BYTES
 from ..records.compression import compress_many, decompress_many
-from ..file_records import select_batches
 from ..records.decoder import DECODE_BUDGET_BYTES, ERROR_MESSAGES
 from ..records.record_batch import CompressionType, as_uint8
+from . import _cleaner_kernels as K
 
 _KEEP_ON_EMPTY = rb.TIMESTAMP_TYPE_MASK | rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
 _HEADER_TAIL = slice(rb.ATTRIBUTES_OFFSET, rb.RECORD_BATCH_OVERHEAD)
@@ -63,7 +63,7 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
             for j in comp
         ]
         pieces = [arr[int(start[j]) : int(end[j])] for j in range(len(idx))]
-        for j, data in zip(comp, decompress_many(work, max_bytes=max_bytes, source=chunk.source)):
+        for j, data in zip(comp, decompress_many(work, max_bytes=max_bytes, source=chunk.source), strict=False):
             pieces[j] = np.frombuffer(data, np.uint8)
         lengths = np.array([p.size for p in pieces], np.int64)
         end = np.cumsum(lengths)
@@ -106,11 +106,11 @@ def rewritten_batches(heads, which, sts, o0, o1, kept, mts, nbase, out):
     heads = heads.copy()
     attrs = heads["attributes"].astype(np.int64)
     codecs = attrs & rb.COMPRESSION_CODEC_MASK
-    raw = [memoryview(out[int(a) : int(b)]) for a, b in zip(o0, o1)]
+    raw = [memoryview(out[int(a) : int(b)]) for a, b in zip(o0, o1, strict=False)]
     areas = list(raw)
     for codec in np.unique(codecs[codecs != 0]).tolist():
         sel = np.flatnonzero(codecs == codec).tolist()
-        for j, data in zip(sel, compress_many(CompressionType(codec), [raw[j] for j in sel])):
+        for j, data in zip(sel, compress_many(CompressionType(codec), [raw[j] for j in sel]), strict=False):
             areas[j] = data
     sizes = np.array([memoryview(a).nbytes for a in areas], np.int64)
     stamped = sts == K.REWRITE_STAMPED

@@ -13,17 +13,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
-from .cleaner import Cleaner, CleanerConfig, CleanResult
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
 from ..producer_state import ProducerStateManager
-from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition
+from .cleaner import Cleaner, CleanerConfig, CleanResult
+from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
-from . import _cleaner_kernels as K
 from ..errors import InvalidConfigError
+from . import _cleaner_kernels as K
 
 SLOT_BYTES = 12  # uint64 tag + uint32 relative offset
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024  # log.cleaner.dedupe.buffer.size

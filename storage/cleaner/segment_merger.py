@@ -12,16 +12,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from .cleaner import CleaningAbortedError, group_segments_by_size
 from ..errors import CorruptRecordError
-from ..objects.immutable_segment import IndexBuilder
 from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment
+from ..objects.immutable_segment import IndexBuilder
 from ..records.record_batch import scan_batches, validate_batches
 from ..segment_swap import (
     SwapAbortedError,
@@ -39,6 +38,7 @@ from ..topic_partition import (
     SWAP_FILE_SUFFIX,
     segment_file_name,
 )
+from .cleaner import CleaningAbortedError, group_segments_by_size
 
 log = logging.getLogger(__name__)
 

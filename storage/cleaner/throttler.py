@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import InvalidConfigError
 

@@ -95,7 +95,7 @@ class MaintenanceLease:
             f"{self.ttl_ms} ms); on object stores only one maintenance job may run per log dir"
         )
 
-    def acquire(self) -> "MaintenanceLease":
+    def acquire(self) -> MaintenanceLease:
         gen, doc = self._current()
         if doc is not None and doc["holder"] != self.holder and self.clock() < doc["expiresMs"]:
             raise self._busy(doc)

@@ -12,8 +12,9 @@ import errno
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import fsspec
 import fsspec.asyn
@@ -21,8 +22,8 @@ from fsspec.core import url_to_fs
 
 from ..errors import KafkaStorageError
 from ..filesystem import Appender, Capabilities, FileInfo, LogFileSystem
-from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
 from ..storage_options import redact_text, redact_url, safe_repr
+from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
 
 # How long a listing may be served from the cache (seconds). None: until this instance writes under it.
 DEFAULT_LISTING_TTL = 5.0
@@ -107,7 +108,7 @@ class ObjectStoreFileSystem(LogFileSystem):
         self._cache_guard = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str, storage_options: dict | None = None, **kwargs) -> tuple["ObjectStoreFileSystem", str]:
+    def from_url(cls, url: str, storage_options: dict | None = None, **kwargs) -> tuple[ObjectStoreFileSystem, str]:
         """(filesystem, path) for an fsspec URL such as s3://bucket/prefix, with fsspec storage options."""
         opts = dict(storage_options or {})
         protocol = url.split("://", 1)[0] if "://" in url else "file"

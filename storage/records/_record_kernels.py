@@ -8,10 +8,11 @@ bounds-checked; errors come back as (code, position) so Python can raise with co
 
 from __future__ import annotations
 
-from ..jit import njit
 import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from ..jit import njit
 
 _U7 = np.uint64(7)
 _U0x7F = np.uint64(0x7F)

@@ -26,8 +26,8 @@ from .record_batch import (
     MAGIC_V2,
     MIN_BATCH_BYTES,
     RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
     SCAN_OK,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchScan,
     CompressionType,
@@ -259,7 +259,7 @@ def _encode(
             (
                 _crc32c.crc32c(view[a:b])
                 for a, b in zip(  # one C call per batch
-                    (pos[:-1] + ATTRIBUTES_OFFSET).tolist(), pos[1:].tolist()
+                    (pos[:-1] + ATTRIBUTES_OFFSET).tolist(), pos[1:].tolist(), strict=False
                 )
             ),
             np.uint32,
@@ -274,7 +274,7 @@ def _encode(
     K.write_records(scratch, starts, bounds, nb, *args)
     view = memoryview(scratch)
     compressed = compress_many(
-        compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist())], level=compression_level
+        compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=False)], level=compression_level
     )
     sizes = np.fromiter((memoryview(data).nbytes for data in compressed), np.int64, nb)
     if sizes.max() > _NO_SPLIT_LIMIT - RECORD_BATCH_OVERHEAD:

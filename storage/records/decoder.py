@@ -6,7 +6,7 @@ frames every record of every batch in one call; Arrow arrays are then assembled 
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import crc32c as _crc32c
 import numpy as np
@@ -243,7 +243,7 @@ class _Batches:
             starts = (self.positions[todo] + ATTRIBUTES_OFFSET).tolist()
             ends = (self.positions[todo] + self.sizes[todo]).tolist()
             actual = np.fromiter(
-                (_crc32c.crc32c(self.view[a:b]) for a, b in zip(starts, ends)),  # one C call per batch
+                (_crc32c.crc32c(self.view[a:b]) for a, b in zip(starts, ends, strict=False)),  # one C call per batch
                 np.uint32,
                 todo.size,
             )
@@ -286,15 +286,15 @@ class _Batches:
                 outs = decompress_many(work, max_bytes=max_bytes, source=self.source)
             except (CorruptRecordError, RecordTooLargeError):
                 outs = []
-                for k, item in zip(wave, work):  # find the batch at fault; keep the ones before it
+                for k, item in zip(wave, work, strict=False):  # find the batch at fault; keep the ones before it
                     try:
                         outs.append(decompress_many([item], max_bytes=max_bytes, source=self.source)[0])
                     except (CorruptRecordError, RecordTooLargeError) as e:
-                        for kk, out in zip(wave, outs):
+                        for kk, out in zip(wave, outs, strict=False):
                             group.append(kk)
                             pieces.append(np.frombuffer(out, np.uint8))
                         return group, pieces, idx.size, e
-            for k, out in zip(wave, outs):
+            for k, out in zip(wave, outs, strict=False):
                 group.append(k)
                 pieces.append(np.frombuffer(out, np.uint8))
                 cost += len(out) + PER_RECORD_BYTES * int(self.counts[k])

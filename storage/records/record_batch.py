@@ -83,7 +83,7 @@ class CompressionType(enum.IntEnum):
         return self.name.lower()
 
     @classmethod
-    def for_name(cls, name: str) -> "CompressionType":
+    def for_name(cls, name: str) -> CompressionType:
         """Producer-side names: none, gzip, snappy, lz4, zstd ('uncompressed' accepted too)."""
         key = name.strip().lower()
         if key == "uncompressed":
@@ -125,7 +125,7 @@ class RecordBatchHeader:
     position: int = 0
 
     @classmethod
-    def read(cls, buf, pos: int = 0, *, source: str | None = None) -> "RecordBatchHeader":
+    def read(cls, buf, pos: int = 0, *, source: str | None = None) -> RecordBatchHeader:
         if len(buf) - pos < RECORD_BATCH_OVERHEAD:
             raise CorruptRecordError(
                 f"truncated batch header: {len(buf) - pos} bytes, need {RECORD_BATCH_OVERHEAD}",

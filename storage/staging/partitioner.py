@@ -7,9 +7,10 @@ because no library ships Kafka's variant of the hash in vectorized form.
 
 from __future__ import annotations
 
-from ..jit import njit
 import numpy as np
 import pyarrow as pa
+
+from ..jit import njit
 
 _SEED = np.uint64(0x9747B28C)
 _M = np.uint64(0x5BD1E995)

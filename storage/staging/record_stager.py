@@ -16,16 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, InvalidConfigError
-from ..objects.immutable_segment import immutable_segments
 from ..log import Log, StagedSegment
 from ..log_config import LONG_MAX, LogConfig
 from ..log_manager import LogManager
 from ..log_segment import LogSegment, segment_settings
-from .partitioner import partition_for_keys
+from ..objects.immutable_segment import immutable_segments
 from ..records.builder import encode_records
 from ..records.record_batch import CompressionType, scan_batches
-from .staged_commit import STAGED_MARKER, STAGED_PREFIX, StagedFile, StagedPartition
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, partition_dir_name, segment_file_name
+from .partitioner import partition_for_keys
+from .staged_commit import STAGED_MARKER, STAGED_PREFIX, StagedFile, StagedPartition
 
 COALESCE_ROWS = 65536  # RecordStager routes and encodes rows this many at a time ...
 COALESCE_BYTES = 16 * 1024 * 1024  # ... or this much Arrow data, whichever comes first
@@ -219,7 +219,7 @@ class RecordStager:
         level = self.compression_level
         if level is None:
             level = self._configs[topic].compression_level(self.compression)
-        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=False):
             data, scan = encode_records(
                 body.slice(a, b - a),
                 compression=self.compression,

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConcurrentAppendError, KafkaStorageError
-from ..objects.immutable_segment import immutable_segments
 from ..log import StagedSegment
 from ..log_manager import LogManager
+from ..objects.immutable_segment import immutable_segments
 from ..producer_state import stamp_commit
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
 

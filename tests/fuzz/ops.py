@@ -37,7 +37,7 @@ import time
 import traceback
 
 OPS = ["dump", "consume", "read", "read_mid", "recover_ckpt", "recover_full"]
-OP_LETTER = dict(zip(OPS, "abcdef"))
+OP_LETTER = dict(zip(OPS, "abcdef", strict=False))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 APPEND_KEY = b"fuzz-appended-key"

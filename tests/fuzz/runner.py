@@ -412,7 +412,7 @@ def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str
 
 def _common_prefix(expected, got) -> int:
     n = 0
-    for e, g in zip(expected, got):
+    for e, g in zip(expected, got, strict=False):
         if e.offset != g[0] or e.digest != g[1]:
             break
         n += 1
@@ -570,7 +570,7 @@ def classify_dump(files: list, dviews: dict, parsed: DumpParser, res: O.OpResult
                     )
                 continue
             prefix_ok = len(recs) <= len(exp_recs) and all(
-                _dump_rec_eq(e, r, b.control) for e, r in zip(exp_recs, recs)
+                _dump_rec_eq(e, r, b.control) for e, r in zip(exp_recs, recs, strict=False)
             )
             if db.expect_error:
                 if g["error"] is None:
@@ -624,7 +624,7 @@ def classify_dump(files: list, dviews: dict, parsed: DumpParser, res: O.OpResult
                 continue
             if len(recs) != len(exp_recs) or not prefix_ok:
                 j = next(
-                    (j for j, (e, r) in enumerate(zip(exp_recs, recs)) if not _dump_rec_eq(e, r, b.control)),
+                    (j for j, (e, r) in enumerate(zip(exp_recs, recs, strict=False)) if not _dump_rec_eq(e, r, b.control)),
                     min(len(recs), len(exp_recs)),
                 )
                 off = exp_recs[j].offset if j < len(exp_recs) else recs[j]["offset"]
@@ -990,7 +990,7 @@ class Runner:
         for P in pre_views:
             for Q in post_views:
                 if len(Q.records) >= len(P.records) and all(
-                    a.offset == b.offset and a.digest == b.digest for a, b in zip(P.records, Q.records)
+                    a.offset == b.offset and a.digest == b.digest for a, b in zip(P.records, Q.records, strict=False)
                 ):
                     pair = (P, Q)
                     break

@@ -381,7 +381,7 @@ def _timestamps_to_ask(produced: list[dict]) -> list[int]:
         by_p.setdefault(r["partition"], []).append((r["offset"], r["timestamp"]))
     for seq in by_p.values():  # timestamps that go backwards: the record after a drop, and just above it
         seq.sort()
-        drops = [b for (_, a), (_, b) in zip(seq, seq[1:]) if b < a]
+        drops = [b for (_, a), (_, b) in zip(seq, seq[1:], strict=False) if b < a]
         for b in drops[:4]:
             out |= {b, b + 1}
     return sorted(out)
@@ -417,7 +417,7 @@ def build(broker: KafkaBroker) -> Scenario:
     ]
     results = broker.tool(*creates, *first)[len(creates) :]
     produced: dict[str, list[dict]] = {}
-    for cmd, res in zip(first, results):
+    for cmd, res in zip(first, results, strict=False):
         if cmd["op"] == "produce":
             produced.setdefault(cmd["topic"], []).extend(res)
     failed = {t: [r for r in rs if "error" in r] for t, rs in produced.items()}
@@ -429,7 +429,7 @@ def build(broker: KafkaBroker) -> Scenario:
         wait_until(broker, lambda: _cleaned_to_active(broker, topic), f"the cleaner to finish {topic}-0 (round 0)")
     took("cleaning, round 0")
     second = [*_compacted(KEPT_TOPIC, 1), *_compacted(PURGED_TOPIC, 1)]
-    for cmd, res in zip(second, broker.tool(*second)):
+    for cmd, res in zip(second, broker.tool(*second), strict=False):
         produced[cmd["topic"]].extend(res)
     for topic in (KEPT_TOPIC, PURGED_TOPIC):  # the second drops tombstones past their horizon (delete.retention.ms=0)
         wait_until(broker, lambda: _cleaned_to_active(broker, topic), f"the cleaner to finish {topic}-0 (round 1)")
@@ -471,16 +471,16 @@ def build(broker: KafkaBroker) -> Scenario:
     ]
     answers = broker.tool(*asks)
     took(f"consume, {len(asks) - len(topics)} offsetsForTimes / listOffsets")
-    records = {t: _tool_records(res) for t, res in zip(topics, answers)}
+    records = {t: _tool_records(res) for t, res in zip(topics, answers, strict=False)}
     offsets_for_times = {}
-    for ask, ans in zip(asks, answers):
+    for ask, ans in zip(asks, answers, strict=False):
         if ask["op"] == "offsetsForTimes":
             offsets_for_times[(ask["topic"], ask["timestamp"])] = {
                 int(p): (None if v is None else v["offset"]) for p, v in ans.items()
             }
     lists = answers[len(asks) - 2 * len(topics) :]
-    earliest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[: len(topics)]) for p, v in ans.items()}
-    latest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics) :]) for p, v in ans.items()}
+    earliest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[: len(topics)], strict=False) for p, v in ans.items()}
+    latest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics) :], strict=False) for p, v in ans.items()}
 
     files = sorted(
         str(broker.log_dir / d / f)
