@@ -125,21 +125,21 @@ def main(argv=None) -> None:
         # one untimed full-size run each: the first touch of fresh memory is slow on some VMs
         decode_batches(build_records(table, compression=codec, max_batch_bytes=BATCH_BYTES))
         read_with(AioRecords, build_with(AioBuilder, int(codec), py))
-        t_enc, ours = best_of(lambda: build_records(table, compression=codec, max_batch_bytes=BATCH_BYTES))
-        t_dec, decoded = best_of(lambda: decode_batches(ours))
+        t_enc, ours = best_of(lambda c=codec: build_records(table, compression=c, max_batch_bytes=BATCH_BYTES))
+        t_dec, decoded = best_of(lambda o=ours: decode_batches(o))
         assert decoded.num_rows == n
         compression.set_threads(1)  # batches (de)compressed one after another, as aiokafka does
-        t_enc1, _ = best_of(lambda: build_records(table, compression=codec, max_batch_bytes=BATCH_BYTES))
-        t_dec1, _ = best_of(lambda: decode_batches(ours))
+        t_enc1, _ = best_of(lambda c=codec: build_records(table, compression=c, max_batch_bytes=BATCH_BYTES))
+        t_dec1, _ = best_of(lambda o=ours: decode_batches(o))
         compression.set_threads(args.threads)
-        t_aenc, theirs = best_of(lambda: build_with(AioBuilder, int(codec), py))
-        t_adec, count = best_of(lambda: read_with(AioRecords, theirs))
+        t_aenc, theirs = best_of(lambda c=codec: build_with(AioBuilder, int(c), py))
+        t_adec, count = best_of(lambda t=theirs: read_with(AioRecords, t))
         assert count == n
         # each side decodes the other's bytes too (sanity, untimed)
         assert decode_batches(theirs).num_rows == n and read_with(AioRecords, ours) == n
         kp_bytes = build_with(KpBuilder, int(codec), kp_py)
-        t_kenc, _ = best_of(lambda: build_with(KpBuilder, int(codec), kp_py), runs=1)
-        t_kdec, kcount = best_of(lambda: read_with(KpRecords, kp_bytes), runs=1)
+        t_kenc, _ = best_of(lambda c=codec: build_with(KpBuilder, int(c), kp_py), runs=1)
+        t_kdec, kcount = best_of(lambda b=kp_bytes: read_with(KpRecords, b), runs=1)
         assert kcount == kp_n
 
         def rate(t, k=n):

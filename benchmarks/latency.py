@@ -70,8 +70,7 @@ def rows(lo: int, hi: int):
     keys = [b"key-%012d" % x for x in range(lo, hi)]
     h = (i * np.uint64(0x9E3779B97F4A7C15)) ^ (i >> np.uint64(7))
     hexes = [
-        ("%016x%016x%016x%02x" % (int(a), int(a) * 3 % 2**64, int(a) * 7 % 2**64, int(a) % 256))[:50].encode()
-        + b"0" * 50
+        f"{int(a):016x}{int(a) * 3 % 2**64:016x}{int(a) * 7 % 2**64:016x}{int(a) % 256:02x}"[:50].encode() + b"0" * 50
         for a in h
     ]
     ts_ms = 1_700_000_000_000 + np.arange(lo, hi, dtype=np.int64)

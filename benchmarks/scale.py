@@ -650,7 +650,8 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
             u0, u1 = ref.wall_s * 1000 / nr, big.wall_s * 1000 / nb
             ratio = u1 / u0 if u0 else float("nan")
             verdict = "SUPER-LINEAR" if ratio > 2 else ("super-linear?" if ratio > 1.3 else "linear or better")
-            line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
+            line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}"
+            line += f"{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
             if env.s3:
                 line += (
                     f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"

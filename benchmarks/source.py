@@ -225,7 +225,7 @@ def main():
         best: dict = {}
         for rnd in range(runs + 1):  # round 0 warms up: JIT, Python workers, file cache
             for name, df in reads.items():
-                run = timed(lambda: df().write.format("noop").mode("overwrite").save(), jvm)
+                run = timed(lambda df=df: df().write.format("noop").mode("overwrite").save(), jvm)
                 if rnd and (name not in best or run[0] < best[name][0]):
                     best[name] = run
         log_bytes = sum(

@@ -387,7 +387,7 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
     cleaned = lm.read_checkpoint(lm.checkpoint_file(CLEANER_OFFSET_CHECKPOINT_FILE, lm.log_dir_of(tp))).get(tp)
     if cleaned is not None and part.broker_log_start <= cleaned <= part.log_end:
         part.cleaned_to = cleaned
-    epochs = "0\n1\n0 %d\n" % part.first_offset if part.first_offset is not None else "0\n0\n"
+    epochs = f"0\n1\n0 {part.first_offset}\n" if part.first_offset is not None else "0\n0\n"
     _write_new(os.path.join(out_dir, LEADER_EPOCH_CHECKPOINT_FILE), epochs.encode())
     _write_new(os.path.join(out_dir, PARTITION_METADATA_FILE), f"version: 0\ntopic_id: {topic_id}".encode())
     _fsync_dir(out_dir)

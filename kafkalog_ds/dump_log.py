@@ -431,7 +431,8 @@ def _dump_batches(
             prev = np.concatenate(([state["last_offset"]], offs[:-1]))
             gaps = np.flatnonzero((offs != prev + 1) & (prev != -1))
             if gaps.size:
-                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False))
+                pairs = zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=True)
+                report.non_consecutive.setdefault(abs_name, []).extend(pairs)
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

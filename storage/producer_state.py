@@ -272,7 +272,8 @@ def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_siz
     validate_batches(buf, scan, source=source, check_offsets=False)
     fields = struct.Struct(">qhi")
     view = memoryview(buf)
-    for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist(), strict=False):  # per batch: the CRC covers these fields
+    # per batch: the CRC covers these fields
+    for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist(), strict=True):
         fields.pack_into(buf, pos + PRODUCER_FIELDS_OFFSET, writer_id, 0, batch_id)
         struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos : pos + size]))
 

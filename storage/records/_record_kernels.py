@@ -141,12 +141,12 @@ def plan_batches(
         fixed += varint_size(hc)
         h0 = hstart[i]
         for h in range(h0, h0 + hc):
-            l = hk_len[h]
-            if l < 0:
+            ln = hk_len[h]
+            if ln < 0:
                 return body, sizes, bounds, nb, P_NULL_HEADER_KEY, i
-            fixed += varint_size(l) + l
-            l = hv_len[h]
-            fixed += varint_size(l) + (l if l > 0 else 0)
+            fixed += varint_size(ln) + ln
+            ln = hv_len[h]
+            fixed += varint_size(ln) + (ln if ln > 0 else 0)
         b = fixed + varint_size(ts[i] - base) + varint_size(i - start)
         size = varint_size(b) + b
         if batch_bytes + size > max_batch_bytes and i > start:
@@ -222,15 +222,15 @@ def write_records(
             p = write_varint(out, p, hc)
             h0 = hstart[i]
             for h in range(h0, h0 + hc):
-                l = hk_len[h]
-                p = write_varint(out, p, l)
-                copy_bytes(out, p, hk_data, hk_start[h], l)
-                p += l
-                l = hv_len[h]
-                p = write_varint(out, p, l)
-                if l > 0:
-                    copy_bytes(out, p, hv_data, hv_start[h], l)
-                    p += l
+                ln = hk_len[h]
+                p = write_varint(out, p, ln)
+                copy_bytes(out, p, hk_data, hk_start[h], ln)
+                p += ln
+                ln = hv_len[h]
+                p = write_varint(out, p, ln)
+                if ln > 0:
+                    copy_bytes(out, p, hv_data, hv_start[h], ln)
+                    p += ln
     return p
 
 
@@ -263,8 +263,8 @@ def frame_records(
 ):  # pragma: no cover - jitted
     """Walk the records of every batch (record area b is src[area_start[b]:area_end[b]]).
 
-    Keeps records with min_offset <= offset <= last_offset (inclusive: offset 2**63-1 can be kept). ts_override[b] != -1 << 63 replaces every
-    record timestamp of batch b (LogAppendTime). Returns
+    Keeps records with min_offset <= offset <= last_offset (inclusive: offset 2**63-1 can be kept).
+    ts_override[b] != -1 << 63 replaces every record timestamp of batch b (LogAppendTime). Returns
     (recs[8, n], hdrs[4, m], n, m, err, err_pos, err_batch): recs rows are offset, timestamp,
     batch, key start, key length, value start, value length, header count; hdrs rows are key
     start, key length, value start, value length. Lengths are -1 for null.
@@ -281,7 +281,7 @@ def frame_records(
         p = area_start[b]
         end = area_end[b]
         prev_delta = -1
-        for r in range(counts[b]):
+        for _ in range(counts[b]):
             rec_begin = p
             length, p = read_varint(src, p, end, 5)
             if p < 0:
@@ -374,9 +374,9 @@ def _offsets(lens, n):
     total = np.int64(0)
     offsets[0] = 0
     for i in range(n):
-        l = lens[i]
-        if l > 0:
-            total += l
+        ln = lens[i]
+        if ln > 0:
+            total += ln
             if total > 0x7FFFFFFF:
                 return offsets, np.int64(-1)
         offsets[i + 1] = total
@@ -403,19 +403,19 @@ def gather_records(src, recs, n, hdrs, m):  # pragma: no cover - jitted
     h = 0
     lo[0] = 0
     for i in range(n):
-        l = recs[4, i]
-        if l > 0:
-            copy_bytes(kd, ko[i], src, recs[3, i], l)
-        l = recs[6, i]
-        if l > 0:
-            copy_bytes(vd, vo[i], src, recs[5, i], l)
+        ln = recs[4, i]
+        if ln > 0:
+            copy_bytes(kd, ko[i], src, recs[3, i], ln)
+        ln = recs[6, i]
+        if ln > 0:
+            copy_bytes(vd, vo[i], src, recs[5, i], ln)
         for _ in range(recs[7, i]):
-            l = hdrs[1, h]
-            if l > 0:
-                copy_bytes(hkd, hko[h], src, hdrs[0, h], l)
-            l = hdrs[3, h]
-            if l > 0:
-                copy_bytes(hvd, hvo[h], src, hdrs[2, h], l)
+            ln = hdrs[1, h]
+            if ln > 0:
+                copy_bytes(hkd, hko[h], src, hdrs[0, h], ln)
+            ln = hdrs[3, h]
+            if ln > 0:
+                copy_bytes(hvd, hvo[h], src, hdrs[2, h], ln)
             h += 1
         lo[i + 1] = h
     return True, ko, kd, vo, vd, hko, hkd, hvo, hvd, lo

@@ -274,7 +274,9 @@ def _encode(
     K.write_records(scratch, starts, bounds, nb, *args)
     view = memoryview(scratch)
     compressed = compress_many(
-        compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=False)], level=compression_level
+        compression,
+        [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=True)],
+        level=compression_level,
     )
     sizes = np.fromiter((memoryview(data).nbytes for data in compressed), np.int64, nb)
     if sizes.max() > _NO_SPLIT_LIMIT - RECORD_BATCH_OVERHEAD:

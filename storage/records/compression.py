@@ -78,7 +78,8 @@ def _map(fn, items: list, nbytes: int) -> list:
     if _pool is None:
         _pool = ThreadPoolExecutor(_threads, thread_name_prefix="kafkalog-codec")
     cuts = [len(items) * i // k for i in range(k + 1)]
-    runs = [_pool.submit(lambda lo, hi: [fn(item) for item in items[lo:hi]], lo, hi) for lo, hi in zip(cuts, cuts[1:], strict=False)]
+    spans = zip(cuts, cuts[1:], strict=False)
+    runs = [_pool.submit(lambda lo, hi: [fn(item) for item in items[lo:hi]], lo, hi) for lo, hi in spans]
     out = []
     for run in runs:  # in order: the first failing item's error is the one raised
         out.extend(run.result())
@@ -299,7 +300,8 @@ def _snappy_decompress(data, max_bytes, source, position):
             raise _too_large(codec, max_bytes, source, position)
         sizes.append(size)
     try:
-        parts = [raw.decompress(view[start:stop], decompressed_size=size) for (start, stop), size in zip(blocks, sizes, strict=False)]
+        pairs = zip(blocks, sizes, strict=True)
+        parts = [raw.decompress(view[start:stop], decompressed_size=size) for (start, stop), size in pairs]
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise _corrupt(codec, exc, source, position) from None
     if len(parts) == 1:

@@ -286,7 +286,7 @@ class _Batches:
                 outs = decompress_many(work, max_bytes=max_bytes, source=self.source)
             except (CorruptRecordError, RecordTooLargeError):
                 outs = []
-                for k, item in zip(wave, work, strict=False):  # find the batch at fault; keep the ones before it
+                for item in work:  # find the batch at fault; keep the ones before it
                     try:
                         outs.append(decompress_many([item], max_bytes=max_bytes, source=self.source)[0])
                     except (CorruptRecordError, RecordTooLargeError) as e:
