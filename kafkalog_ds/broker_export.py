@@ -44,7 +44,7 @@ import shutil
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -170,7 +170,7 @@ def _write_replace(path: str, data: bytes) -> None:
 
 
 _RENAME_EXCHANGE = 2
-_libc = None
+_libc: Any = None  # ctypes.CDLL once loaded, False where renameat2 is missing
 
 
 def _exchange(a: str, b: str) -> bool:
@@ -383,6 +383,7 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
             part.bytes += w.bytes
             part.epochs_reset += w.epochs_reset
             part.producers_cleared += w.producers_cleared
+        assert first is not None  # the last segment is always written
         part.first_base = first
     cleaned = lm.read_checkpoint(lm.checkpoint_file(CLEANER_OFFSET_CHECKPOINT_FILE, lm.log_dir_of(tp))).get(tp)
     if cleaned is not None and part.broker_log_start <= cleaned <= part.log_end:
@@ -496,7 +497,7 @@ def _check_broker_partition_dir(path: str) -> str | None:
 
 def _update_checkpoints(target: _Target, part: PartitionExport) -> None:
     """The broker log dir's checkpoints for one exported partition (each file replaced in one step)."""
-    key = (part.tp.topic, part.tp.partition)
+    key = TopicPartition(part.tp.topic, part.tp.partition)
     changes = {
         LOG_START_OFFSET_CHECKPOINT_FILE: part.log_start if part.needs_log_start_entry else None,
         RECOVERY_POINT_CHECKPOINT_FILE: part.log_end,
@@ -507,7 +508,7 @@ def _update_checkpoints(target: _Target, part: PartitionExport) -> None:
         path = target.join(name)
         try:
             with open(path, "rb") as f:
-                entries = {tuple(k): v for k, v in parse_checkpoint(f.read(), source=path).items()}
+                entries = dict(parse_checkpoint(f.read(), source=path))
         except FileNotFoundError:
             entries = {}
         if value is None:
@@ -635,18 +636,20 @@ def export_topic(
 
         for part in staged:
             final = target.join(partition_dir_name(part.tp))
+            tmp_dir = part.staged
+            assert tmp_dir is not None
             with sigint_deferred():  # a directory and its checkpoint entries change together
                 if target.broker:
-                    if not _exchange(part.staged, final):
+                    if not _exchange(tmp_dir, final):
                         old = target.join(deleted_dir_name(part.tp))
                         os.rename(final, old)
-                        os.rename(part.staged, final)
-                        part.staged = old
+                        os.rename(tmp_dir, final)
+                        tmp_dir = part.staged = old
                     _fsync_dir(target.path)
                     _update_checkpoints(target, part)
-                    shutil.rmtree(part.staged)  # the broker's empty directory, now under the temporary name
+                    shutil.rmtree(tmp_dir)  # the broker's empty directory, now under the temporary name
                 else:
-                    os.rename(part.staged, final)
+                    os.rename(tmp_dir, final)
                 part.staged = None
             result.partitions.append(part)
             if out is not None:

@@ -5,7 +5,7 @@ and its checks of each index entry against the segment's .log (mismatches go to 
 from __future__ import annotations
 
 import struct
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -34,7 +34,7 @@ def _log_path_for(fs: LogFileSystem, path: str) -> str:
 
 def _log_batches(
     fs: LogFileSystem, path: str, display: str, max_message_size: int, want_last_offsets: np.ndarray | None = None
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     log_path = _log_path_for(fs, path)
     if not fs.exists(log_path):
         raise DumpError(f"cannot check {display}: its log file {fs.url(log_path)} does not exist")
@@ -92,8 +92,8 @@ def dump_index(
         mismatches = zip(offsets[bad].tolist(), found[bad].tolist(), strict=True)
         report.index_mismatches.setdefault(abs_name, []).extend(mismatches)
     if not opts.verify_index_only:
-        entries = zip(offsets.tolist(), positions.tolist(), strict=True)
-        out.write("".join(f"offset: {o} position: {p}\n" for o, p in entries))
+        rows = zip(offsets.tolist(), positions.tolist(), strict=True)
+        out.write("".join(f"offset: {o} position: {p}\n" for o, p in rows))
 
 
 def _last_offset_at(fs: LogFileSystem, log_path: str, position: int, max_message_size: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 import crc32c as _crc32c
 import numpy as np
@@ -138,7 +138,7 @@ class SegmentReader:
 
     @staticmethod
     def _length(arr: np.ndarray, at: int) -> int:
-        return struct.unpack_from(">i", arr, at + 8)[0]
+        return struct.unpack_from(">i", arr.data, at + 8)[0]
 
     def chunks(self) -> Iterator[tuple[np.ndarray, BatchScan, int]]:
         pos, size = 0, FIRST_CHUNK_BYTES
@@ -169,7 +169,7 @@ class SegmentReader:
         finally:
             self.stop = pos
 
-    def batch_table(self, want_last_offsets: np.ndarray | None = None, source: str = "") -> dict[str, np.ndarray]:
+    def batch_table(self, want_last_offsets: np.ndarray | None = None, source: str = "") -> dict[str, Any]:
         """positions, sizes and last offsets of every batch the walk reaches; with want_last_offsets, also
         each wanted batch's largest record timestamp (decoded chunk by chunk; -1 for no records, and
         an entry in `errors` for a batch whose records cannot be read)."""
@@ -189,7 +189,7 @@ class SegmentReader:
                     elif got.num_rows:
                         max_ts[i] = max(-1, int(got.column("timestamp").to_numpy().max()))
             cols["record_max_ts"].append(max_ts)
-        out = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in cols.items()}
+        out: dict[str, Any] = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in cols.items()}
         out["errors"] = errors
         return out
 
@@ -204,7 +204,7 @@ def _records_of(arr: np.ndarray, scan: BatchScan, base: int, source: str, sel: n
 
 def batch_validity(arr: np.ndarray, scan: BatchScan) -> np.ndarray:
     """Kafka's isValid per batch: sizeInBytes >= 61 and the stored CRC equals the CRC-32C of the bytes."""
-    view = memoryview(arr)
+    view = arr.data
     sizes = scan.sizes
     crcs = scan.headers["crc"]
     out = np.zeros(len(scan), bool)
@@ -294,7 +294,7 @@ def batch_lines(scan: BatchScan, base: int, valid: np.ndarray) -> list[str]:
     return out
 
 
-def _text(b: bytes | None) -> str:
+def _text(b: bytes) -> str:
     """Kafka's StringDecoder: new String(bytes, UTF_8), malformed input replaced."""
     return b.decode("utf-8", "replace")
 
@@ -367,7 +367,7 @@ def dump_log(
     size = fs.size(path)
     reader = SegmentReader(fs, path, min(size, opts.max_bytes), opts.max_message_size)
     source = fs.url(path)
-    state = {"last_offset": -1, "failed": []}
+    state: dict[str, Any] = {"last_offset": -1, "failed": []}
     for arr, scan, base in reader.chunks():
         old = np.flatnonzero(scan.headers["magic"] < MAGIC_V2)
         if old.size:

@@ -327,7 +327,7 @@ def _apply_base64(b64: pa.ListArray, key, value, headers, check):
     rows = np.flatnonzero(pc.fill_null(pc.greater(pc.list_value_length(b64), 0), False).to_numpy(zero_copy_only=False))
     outer = headers.offsets.to_numpy().astype(np.int64)
     hvals = headers.values.field("value")
-    repl = {"key": {}, "value": {}, "headers": {}}
+    repl: dict[str, dict] = {"key": {}, "value": {}, "headers": {}}
     for r in rows.tolist():  # rows flagged base64 only
         for name in b64[r].as_py():
             bad = np.zeros(len(key), bool)
@@ -424,10 +424,11 @@ class ProduceProgress:
 
 
 def _size(n: int) -> str:
+    size = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
+        size /= 1024
     return ""  # unreachable
 
 
@@ -516,7 +517,8 @@ def _produce(
         appending_since = time.monotonic()
         for p in sorted(pieces):
             with lm.open_log(TopicPartition(topic, p), writable=True) as log:
-                first = last = None
+                first: int | None = None
+                last: int | None = None
                 total = 0
                 try:
                     for piece in pieces[p]:  # per block, not per record
@@ -536,6 +538,7 @@ def _produce(
                         )
                 finally:  # also when interrupted: say what was appended
                     if total:
+                        assert first is not None and last is not None
                         result[p] = (total, first, last)
                         bar.clear()
                         out.write(

@@ -53,6 +53,7 @@ def topic_partitions(lm: LogManager, opts: SourceOptions, *, batch: bool = False
     if opts.subscribe is not None:  # looked up by name: O(the topics read), not O(everything under ROOT)
         return sorted(set(_existing(lm, [t for t in opts.subscribe if t not in INTERNAL_TOPICS])))
     existing = [t for t in lm.topics() if t not in INTERNAL_TOPICS]
+    assert opts.pattern is not None  # exactly one of assign, subscribe, subscribePattern (SourceOptions)
     pattern = re.compile(opts.pattern)
     names = [t for t in existing if pattern.search(t)]
     if not names:
@@ -130,6 +131,7 @@ def resolve(
                 + (f"; not read by the query: {', '.join(extra)}" if extra else "")
             )
     for tp, st in states.items():
+        value: int | None
         if spec.kind == "timestamp":
             value, by_time = spec.default, True
         else:
@@ -234,7 +236,7 @@ def split(
     rs = _split_min(lm, rs, min_partitions)
     if not max_records:
         return rs
-    out = []
+    out: list = []
     for r in rs:
         pieces = -(-(r.end - r.start) // max_records)
         bounds = [r.start + (r.end - r.start) * k // pieces for k in range(pieces)] + [r.end]

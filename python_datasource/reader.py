@@ -27,8 +27,8 @@ try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources
         SupportsTriggerAvailableNow,
     )
 except ImportError:  # pragma: no cover - pyspark 4.1
-    ReadAllAvailable = ReadMaxRows = ReadMinRows = None
-    SupportsTriggerAvailableNow = object
+    ReadAllAvailable = ReadMaxRows = ReadMinRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class KafkaLogBatchReader(DataSourceReader):
             dir_id = directory_id(lm.fs, lm.root) if lm.fs.capabilities.locks else None
         open_start = planning.open_ended(o.starting, states, planning.EARLIEST)
         open_end = planning.open_ended(o.ending, states, planning.LATEST)
-        first = {}
+        first: dict[tuple[str, int], int] = {}
         for i, r in enumerate(rs):
             first.setdefault((r.topic, r.partition), i)
         last = {(r.topic, r.partition): i for i, r in enumerate(rs)}

@@ -62,12 +62,12 @@ class OffsetCheckpointFile:
             return {}
         return parse_checkpoint(data, source=url)
 
-    def write(self, entries: Mapping[tuple[str, int], int], *, durable: bool = True) -> None:
+    def write(self, entries: Mapping[TopicPartition, int], *, durable: bool = True) -> None:
         """Replace the file with `entries` in one step (tmp + rename where the store has it)."""
         self.fs.write_atomic(self.path, format_checkpoint(entries), durable=durable)
 
 
-def format_checkpoint(entries: Mapping[tuple[str, int], int]) -> bytes:
+def format_checkpoint(entries: Mapping[TopicPartition, int]) -> bytes:
     """The file's bytes for `entries`, sorted by topic and partition."""
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     legal: set[str] = set()  # a topic's name is checked once, not once per partition

@@ -44,7 +44,7 @@ RESYNC_WINDOW = 4 * 1024 * 1024  # a resync search reads the rest of a file this
 class BatchChunk:
     """Complete batches read from a segment: `buf[scan.positions[i]:]` is at file position base_position + that."""
 
-    buf: bytes
+    buf: bytes | memoryview | np.ndarray  # any buffer of the file's bytes
     scan: BatchScan
     base_position: int
     source: str
@@ -192,7 +192,7 @@ def check_headers(
 
 def crc_failures(buf, scan: BatchScan) -> np.ndarray:
     """Indexes of the batches whose stored CRC is not the CRC-32C of their bytes."""
-    view = memoryview(as_uint8(buf))
+    view = as_uint8(buf).data
     sizes = scan.sizes
     crcs = scan.headers["crc"]
     bad = [
@@ -233,7 +233,7 @@ def find_valid_batch(
             for c, length in zip(cand[ok].tolist(), lengths[ok].tolist(), strict=False):
                 batch = buf[c : c + LOG_OVERHEAD + length]
                 stored = int.from_bytes(batch[CRC_OFFSET : CRC_OFFSET + 4].tobytes(), "big")
-                if _crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]) != stored:
+                if _crc32c.crc32c(batch[ATTRIBUTES_OFFSET:].data) != stored:
                     continue
                 base = int.from_bytes(batch[:8].tobytes(), "big", signed=True)
                 if after_offset is None or base > after_offset:

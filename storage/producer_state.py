@@ -185,6 +185,7 @@ class ProducerStateManager:
         pending commit could have written (after the writer's last commit, every batch its own), so that
         a damaged or edited file cannot make us delete committed records."""
         p = e.pending
+        assert p is not None, "called only for a writer with a pending commit"
         where = f"writer state file {self.fs.url(self.path)}, {log.tp.topic}-{log.tp.partition}"
         if p.first_offset < max(e.committed_next_offset, log.log_start_offset):
             raise KafkaStorageError(

@@ -372,7 +372,8 @@ class Cleaner:
     def _clean_group(self, rnd: _Round, group: list[LogSegment]) -> None:
         """Clean a group into one output segment; if the output would pass a limit (re-framed records
         can grow), cut it before the source that overflows and start another output there."""
-        out, members = None, []
+        out: LogSegment | None = None
+        members: list[_SourceStats] = []
         try:
             for seg in group:
                 if out is None:
@@ -383,6 +384,7 @@ class Cleaner:
                     self._finish(rnd, out, members)
                     out, members = self._new_output(rnd.log, seg.base_offset), []
                     st = self._clean_source(rnd, seg, out, may_overflow=True)
+                    assert st is not None  # a fresh output takes any one source (may_overflow)
                 members.append(st)
             if out is not None:
                 self._finish(rnd, out, members)
@@ -474,7 +476,7 @@ class Cleaner:
         if (status == K.VERBATIM).all():
             return chunk.buf[: scan.end], scan
         st.verbatim = False
-        view = memoryview(as_uint8(chunk.buf))
+        view = as_uint8(chunk.buf).data
         pieces = []
         for i in np.flatnonzero(status != K.DROP).tolist():  # per batch
             if status[i] == K.VERBATIM:

@@ -56,7 +56,7 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
             position=chunk.base_position + int(pos[j]),
         )
     if codecs.any():
-        view = memoryview(arr)
+        view = arr.data
         comp = np.flatnonzero(codecs).tolist()
         work = [
             (CompressionType(int(codecs[j])), view[int(start[j]) : int(end[j])], chunk.base_position + int(pos[j]))

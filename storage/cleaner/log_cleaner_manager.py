@@ -41,7 +41,7 @@ class LogToClean:
     cleanable_bytes: int
     max_compaction_delay_ms: int  # > 0: some dirty data is older than max.compaction.lag.ms
     min_cleanable_ratio: float
-    log: Log = field(repr=False, compare=False, default=None)
+    log: Log = field(repr=False, compare=False, default=None)  # type: ignore[assignment]  # always given; last for the repr
     owned: bool = field(repr=False, compare=False, default=False)  # opened by the manager, closed after cleaning
 
     @property
@@ -98,8 +98,8 @@ def cleanable_offsets(
 
 def max_compaction_delay(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     """How far past max.compaction.lag.ms the oldest dirty non-active segment's first batch is (0: not)."""
-    firsts = [s.rolling_based_timestamp for s in log.non_active_segments_from(first_dirty_offset)]
-    firsts = [t for t in firsts if t is not None and t > 0]
+    stamps = [s.rolling_based_timestamp for s in log.non_active_segments_from(first_dirty_offset)]
+    firsts = [t for t in stamps if t is not None and t > 0]
     earliest = min(firsts) if firsts else LONG_MAX
     until = now_ms - max(log.config.max_compaction_lag_ms, 0)
     return until - earliest if earliest < until else 0
@@ -166,7 +166,7 @@ class LogCleanerManager:
         )
         with lock:
             cur = self.checkpoint.read()
-            key = (tp.topic, tp.partition)
+            key = TopicPartition(tp.topic, tp.partition)
             if offset is None:
                 if key not in cur:
                     return
@@ -212,7 +212,8 @@ class LogCleanerManager:
         self.last_errors = {}
         marks = self.checkpoints()
         owned = logs is None or isinstance(logs, LogManager)
-        if owned:
+        source: Iterable[tuple[TopicPartition, Log | None, BaseException | None]]
+        if logs is None or isinstance(logs, LogManager):
             if logs is not None and logs is not self.lm:
                 raise ValueError("cleanable_logs: pass this manager's LogManager, a list of Logs, or nothing")
             source = self._compacted_logs()
@@ -223,6 +224,7 @@ class LogCleanerManager:
             if err is not None:
                 self.last_errors[tp] = err
                 continue
+            assert lg is not None
             try:
                 ltc, force = log_to_clean(lg, marks.get(tp), now, self._bound(lg, now))
                 if force:

@@ -35,6 +35,8 @@ DEFAULT_LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
 MAX_RELATIVE_OFFSET = 2**32 - 1  # offsets stored relative to the base offset, as uint32
 RESERVE_MARGIN = 0.04  # slack over the HLL estimate: 5 standard errors of 2**14 registers
 HLL_BYTES = 1 << K.HLL_BITS
+_NO_TAGS = np.zeros(0, np.uint64)  # stand-ins while a table is replaced
+_NO_OFFS = np.zeros(0, np.uint32)
 
 
 def _flat_keys(keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +138,7 @@ class SkimpyOffsetMap:
         self.latest_offset = -1
 
     def _alloc(self, slots: int) -> None:
-        self._tags = self._offs = None  # the old table goes first: never two at once
+        self._tags, self._offs = _NO_TAGS, _NO_OFFS  # the old table goes first: never two at once
         self._tags = np.zeros(slots, np.uint64)
         self._offs = np.zeros(slots, np.uint32)
         self.size = 0

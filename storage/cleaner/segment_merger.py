@@ -115,6 +115,7 @@ def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tup
         parts.append(data)
         pos += len(data)
         prev_last = int(lasts[-1])
+    assert prev_last is not None  # every member holds a batch, or the loop raised
     off_rows, time_rows = builder.finish(group[0].base_offset)
     return b"".join(parts), off_rows, time_rows, prev_last + 1
 

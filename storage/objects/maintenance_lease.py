@@ -123,6 +123,7 @@ class MaintenanceLease:
 
     def renew(self) -> None:
         self.check()
+        assert self.generation is not None  # check() raised otherwise
         if not self._take(self.generation + 1):
             _, doc = self._current()
             raise MaintenanceLeaseError(

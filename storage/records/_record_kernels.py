@@ -106,7 +106,7 @@ def _memcpy(typingctx, dst, dpos, src, spos, n):
 @njit(nogil=True, inline="always")
 def copy_bytes(dst, dpos, src, spos, n):
     """dst[dpos:dpos+n] = src[spos:spos+n]; callers have bounds-checked both ranges."""
-    _memcpy(dst, np.int64(dpos), src, np.int64(spos), np.int64(n))
+    _memcpy(dst, np.int64(dpos), src, np.int64(spos), np.int64(n))  # type: ignore[call-arg]  # @intrinsic binds typingctx
 
 
 # ----------------------------------------------------------------------------------------- encode

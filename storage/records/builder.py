@@ -254,7 +254,7 @@ def _encode(
         out = _scratch(int(pos[-1]))
         K.write_records(out, pos[:-1] + RECORD_BATCH_OVERHEAD, bounds, nb, *args)
         K.put_rows(out, pos[:-1], head_bytes)
-        view = memoryview(out)
+        view = out.data
         crcs = np.fromiter(
             (
                 _crc32c.crc32c(view[a:b])
@@ -272,7 +272,7 @@ def _encode(
     scratch = _scratch(int(cum[-1]))
     starts = cum[bounds[:-1]]
     K.write_records(scratch, starts, bounds, nb, *args)
-    view = memoryview(scratch)
+    view = scratch.data
     compressed = compress_many(
         compression,
         [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=True)],

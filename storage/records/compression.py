@@ -99,7 +99,7 @@ def _codec(name: str, level: int | None = None) -> pa.Codec:
 
 def _u8(data) -> memoryview:
     """A flat byte view of any buffer. (len(memoryview(pa.Buffer)) can report the capacity, not the size.)"""
-    return memoryview(np.frombuffer(data, np.uint8))
+    return np.frombuffer(data, np.uint8).data
 
 
 def compress_buffer(codec: CompressionType, data, *, level: int | None = None):
@@ -150,7 +150,7 @@ def _xerial_compress(data) -> bytes:
 def _lz4_frame_compress(data) -> bytes:
     raw = _codec("lz4_raw")
     view = _u8(data)
-    parts = [LZ4_FRAME_HEADER]
+    parts: list[bytes | memoryview | pa.Buffer] = [LZ4_FRAME_HEADER]
     for start in range(0, len(view), LZ4_BLOCK):  # one C call per 64 KiB block
         chunk = view[start : start + LZ4_BLOCK]
         block = raw.compress(chunk)

@@ -12,7 +12,7 @@ import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptRecordError, RecordTooLargeError
+from ..errors import CorruptRecordError, KafkaLogError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import decompress_many
 from .record_batch import (
@@ -153,7 +153,7 @@ def iter_decoded(
     arr = as_uint8(buf)
     if scan is None:
         scan = scan_batches(arr)
-    stop_error = None
+    stop_error: KafkaLogError | None = None
     if scan.reason == SCAN_BAD_LENGTH:
         length = int.from_bytes(arr[scan.end + 8 : scan.end + 12].tobytes(), "big", signed=True)
         if length >= RECORD_BATCH_OVERHEAD - 12:
@@ -198,7 +198,7 @@ class _Batches:
     """The batches of one buffer being decoded: their headers, and how to decode groups of them."""
 
     def __init__(self, arr: np.ndarray, scan: BatchScan, source, base_position: int):
-        self.arr, self.view, self.scan = arr, memoryview(arr), scan
+        self.arr, self.view, self.scan = arr, arr.data, scan
         self.source, self.base_position = source, base_position
         h = scan.headers
         self.h = h
@@ -258,7 +258,9 @@ class _Batches:
     def next_group(self, idx: np.ndarray, i: int, budget: int, max_bytes: int):
         """Batches idx[i:...] up to the budget with their record areas, decompressing as it goes:
         (batch indexes, pieces, next i, error at the batch after the group or None)."""
-        group, pieces, cost = [], [], 0
+        group: list[int] = []
+        pieces: list[np.ndarray | None] = []
+        cost = 0
         while i < idx.size and cost < budget:
             j = int(idx[i])
             start = int(self.positions[j]) + RECORD_BATCH_OVERHEAD
@@ -270,7 +272,7 @@ class _Batches:
                 i += 1
                 continue
             room = max(1, min(MAX_WAVE, (budget - cost) // max(1, max_bytes)))
-            wave = []
+            wave: list[int] = []
             while i < idx.size and len(wave) < room and self.codecs[int(idx[i])] != 0:
                 wave.append(int(idx[i]))
                 i += 1

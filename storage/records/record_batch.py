@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import crc32c as _crc32c
 import numpy as np
@@ -67,6 +67,7 @@ HEADER_DTYPE = np.dtype(
     ]
 )
 assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
+HEADER_FIELDS: tuple[str, ...] = HEADER_DTYPE.names or ()
 
 
 class CompressionType(enum.IntEnum):
@@ -122,7 +123,7 @@ class RecordBatchHeader:
     producer_epoch: int
     base_sequence: int
     record_count: int
-    position: int = 0
+    position: int = field(default=0, kw_only=True)
 
     @classmethod
     def read(cls, buf, pos: int = 0, *, source: str | None = None) -> RecordBatchHeader:
@@ -280,7 +281,7 @@ class BatchScan:
     def header(self, i: int, base_position: int = 0) -> RecordBatchHeader:
         row = self.headers[i]
         return RecordBatchHeader(
-            *(int(row[name]) for name in HEADER_DTYPE.names), position=int(self.positions[i]) + base_position
+            *(int(row[name]) for name in HEADER_FIELDS), position=int(self.positions[i]) + base_position
         )
 
 
@@ -375,7 +376,7 @@ def validate_batches(
             position=int(scan.positions[i]) + base_position,
         )
     if check_crc:
-        view = memoryview(as_uint8(buf))
+        view = as_uint8(buf).data
         sizes = scan.sizes
         crcs = h["crc"]
         for i in range(len(scan)):  # one C call per batch, not per record
