@@ -12,7 +12,7 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..jit import njit
+from ..common.jit import njit
 
 _U7 = np.uint64(7)
 _U0x7F = np.uint64(0x7F)

@@ -16,7 +16,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..jit import lazy_kernel
+from ..common.jit import lazy_kernel
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..jit import njit
+from ..common.jit import njit
 
 _SEED = np.uint64(0x9747B28C)
 _M = np.uint64(0x5BD1E995)
