@@ -55,7 +55,7 @@ from storage.checkpoint import (
     format_checkpoint,
     parse_checkpoint,
 )
-from storage.errors import CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
+from storage.errors import CorruptRecordError, ExportError, KafkaStorageError, UnknownTopicOrPartitionError
 from storage.file_records import head
 from storage.log_manager import LogManager
 from storage.objects.immutable_segment import IndexBuilder
@@ -95,10 +95,6 @@ DELETE_RECORDS_SUFFIX = ".delete-records.json"
 _TOPIC_ID_RE = re.compile(r"[A-Za-z0-9_-]{22}")
 PRODUCER_ID_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 (inside the CRC)
 _RESERVED_TOPIC_IDS = {bytes(16): "the zero id", bytes(15) + b"\x01": "the id of the cluster metadata topic"}
-
-
-class ExportError(KafkaStorageError):
-    """The export cannot go ahead; nothing in the target was changed unless the message says so."""
 
 
 # ---------------------------------------------------------------- small pieces
@@ -387,7 +383,7 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
     cleaned = lm.read_checkpoint(lm.checkpoint_file(CLEANER_OFFSET_CHECKPOINT_FILE, lm.log_dir_of(tp))).get(tp)
     if cleaned is not None and part.broker_log_start <= cleaned <= part.log_end:
         part.cleaned_to = cleaned
-    epochs = "0\n1\n0 %d\n" % part.first_offset if part.first_offset is not None else "0\n0\n"
+    epochs = f"0\n1\n0 {part.first_offset}\n" if part.first_offset is not None else "0\n0\n"
     _write_new(os.path.join(out_dir, LEADER_EPOCH_CHECKPOINT_FILE), epochs.encode())
     _write_new(os.path.join(out_dir, PARTITION_METADATA_FILE), f"version: 0\ntopic_id: {topic_id}".encode())
     _fsync_dir(out_dir)

@@ -16,7 +16,7 @@ import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import KafkaLogError
+from storage.errors import DumpError, KafkaLogError
 from storage.file_records import BatchChunk, select_batches
 from storage.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
@@ -99,10 +99,6 @@ class DumpReport:
             lines += [f"  {a} is followed by {b}" for a, b in reversed(pairs)]
         if lines:
             err.write("\n".join(lines) + "\n")
-
-
-class DumpError(KafkaLogError):
-    """A file dump-log cannot go on reading (bad name, impossible batch length, old message format)."""
 
 
 # ---------------------------------------------------------------- reading batches
@@ -431,7 +427,9 @@ def _dump_batches(
             prev = np.concatenate(([state["last_offset"]], offs[:-1]))
             gaps = np.flatnonzero((offs != prev + 1) & (prev != -1))
             if gaps.size:
-                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False))
+                report.non_consecutive.setdefault(abs_name, []).extend(
+                    zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False)
+                )
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

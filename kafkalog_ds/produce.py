@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from storage.errors import KafkaLogError, RecordTooLargeError, UnknownTopicOrPartitionError
+from storage.errors import InvalidInputError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.records.builder import build_records
@@ -59,10 +59,6 @@ _B64_NAME = re.compile(r"key|value|headers\.(0|[1-9][0-9]*)")
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 13, 32]] = True  # JSON whitespace
 NL = b"\n"
-
-
-class InvalidInputError(KafkaLogError):
-    """A producer input line that is not a valid record; names the line."""
 
 
 # ---------------------------------------------------------------- producer input
@@ -614,9 +610,8 @@ def _encode(
                 )
             )
         except RecordTooLargeError as e:
-            m = re.match(r"row (\d+): (.*)", str(e))
-            if m is None:
+            if e.row is None:
                 raise
-            line = int(lines[rows[start + int(m.group(1))]])
-            raise InvalidInputError(f"stdin line {line}: {m.group(2)}; nothing was written") from None
+            line = int(lines[rows[start + e.row]])
+            raise InvalidInputError(f"stdin line {line}: {e.reason}; nothing was written") from None
     return b"".join(parts), table.num_rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .errors import KafkaStorageError
+from .errors import CorruptCheckpointError
 from .filesystem import LogFileSystem
 from .topic_partition import TopicPartition, topic_name_problem
 
@@ -26,16 +26,6 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _LINE_BREAK_RE = re.compile(r"\r\n|\r|\n")  # what Java's BufferedReader.readLine splits on
 _INT_MAX = 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-class CorruptCheckpointError(KafkaStorageError):
-    """A checkpoint file that does not parse; names the file and the 1-based line."""
-
-    def __init__(self, message: str, *, path: str, line: int | None = None):
-        where = f"{path} line {line}" if line is not None else path
-        super().__init__(f"corrupt checkpoint file {where}: {message}")
-        self.path = path
-        self.line = line
 
 
 class OffsetCheckpointFile:

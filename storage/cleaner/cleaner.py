@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvalidConfigError, KafkaStorageError, LogLockedError
+from ..errors import CleaningAbortedError, InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
 from ..local_filesystem import LocalFileSystem
@@ -141,10 +141,6 @@ class CleanResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-class CleaningAbortedError(KafkaStorageError):
-    """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CorruptRecordError
+from ..errors import CleaningAbortedError, CorruptRecordError
 from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment
 from ..objects.immutable_segment import IndexBuilder
@@ -38,7 +38,7 @@ from ..topic_partition import (
     SWAP_FILE_SUFFIX,
     segment_file_name,
 )
-from .cleaner import CleaningAbortedError, group_segments_by_size
+from .cleaner import group_segments_by_size
 
 log = logging.getLogger(__name__)
 

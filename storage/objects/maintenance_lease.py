@@ -21,16 +21,12 @@ import threading
 import time
 import uuid
 
-from ..errors import KafkaStorageError
+from ..errors import KafkaStorageError, MaintenanceLeaseError
 from ..filesystem import LogFileSystem
 
 LEASE_DIR = "kafkalog-maintenance-lease"
 DEFAULT_LEASE_TTL_MS = 600_000
 MAX_LEASE_BYTES = 4096
-
-
-class MaintenanceLeaseError(KafkaStorageError):
-    """Another maintenance job holds the log dir's lease (or took it over from this one)."""
 
 
 def _now() -> int:

@@ -208,9 +208,9 @@ def _encode(
     if err == K.P_NULL_HEADER_KEY:
         raise InvalidRecordError(f"row {row}: header keys cannot be null")
     if err == K.P_TOO_LARGE:
-        raise RecordTooLargeError(f"row {row}: the record alone exceeds the batch limit of {max_batch_bytes} bytes")
+        raise RecordTooLargeError(f"the record alone exceeds the batch limit of {max_batch_bytes} bytes", row=int(row))
     if err == K.P_BATCH_TOO_LARGE:
-        raise RecordTooLargeError(f"row {row}: the batch would exceed {max_batch_bytes} bytes")
+        raise RecordTooLargeError(f"the batch would exceed {max_batch_bytes} bytes", row=int(row))
     bounds = bounds[: nb + 1]
     cum = np.concatenate(([0], np.cumsum(rec_bytes)))
     area = cum[bounds[1:]] - cum[bounds[:-1]]  # record bytes per batch
@@ -274,7 +274,9 @@ def _encode(
     K.write_records(scratch, starts, bounds, nb, *args)
     view = memoryview(scratch)
     compressed = compress_many(
-        compression, [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=False)], level=compression_level
+        compression,
+        [view[a:b] for a, b in zip(starts.tolist(), (starts + area).tolist(), strict=False)],
+        level=compression_level,
     )
     sizes = np.fromiter((memoryview(data).nbytes for data in compressed), np.int64, nb)
     if sizes.max() > _NO_SPLIT_LIMIT - RECORD_BATCH_OVERHEAD:
