@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from storage.common.constants import INT64_MAX, INT64_MIN
 from storage.errors import InvalidInputError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -54,7 +55,6 @@ INPUT_SCHEMA = pa.schema(
     ]
 )
 _FIELDS = tuple(INPUT_SCHEMA.names)
-_INT64 = (-(2**63), 2**63 - 1)
 _B64_NAME = re.compile(r"key|value|headers\.(0|[1-9][0-9]*)")
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 13, 32]] = True  # JSON whitespace
@@ -132,7 +132,7 @@ def _int_problem(name: str, v, what: str) -> str | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         return f"'{name}' must be {what} or null, got {_json_type(v)} {json.dumps(v)[:40]}"
-    if not _INT64[0] <= v <= _INT64[1]:
+    if not INT64_MIN <= v <= INT64_MAX:
         return f"'{name}' {v} does not fit in 64 bits"
     return None
 

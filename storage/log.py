@@ -16,6 +16,7 @@ import numpy as np
 if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process that only appends
     import pyarrow
 
+from .common.constants import INT32_MAX
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
 from .log_config import LogConfig
@@ -254,7 +255,7 @@ class Log:
                 or (size_now > 0 and waited > cfg.max_segment_ms)
                 or seg.offset_index.entries + planned >= seg.offset_index.max_entries
                 or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
-                or int(last[i]) - seg.base_offset > 2**31 - 1
+                or int(last[i]) - seg.base_offset > INT32_MAX
             )
             if roll and size_now > 0:
                 if i > start:

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .common.constants import INT32_MAX
 from .errors import CorruptIndexError, CorruptRecordError
 from .file_records import (
     FIRST_CHUNK_BYTES,
-    INT32_MAX,
     BatchChunk,
     check_headers,
     crc_failures,

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.constants import INT32_MAX, INT64_MAX
 from ..errors import CleaningAbortedError, InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
 from ..local_filesystem import LocalFileSystem
 from ..log import Log
 from ..log_loader import LOCK_FILE
-from ..log_segment import INT32_MAX, LogSegment
+from ..log_segment import LogSegment
 from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
 from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
@@ -51,8 +52,6 @@ from .offset_map import (
 from .throttler import UNLIMITED, Throttler
 
 logger = logging.getLogger(__name__)
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ class Cleaner:
         )
         end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
-        rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
+        rnd = _Round(log, omap, end, now, min(INT64_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
         with self._output_lock(log), _scratch_dir(log) as self._scratch:
             for group in group_segments_by_size(

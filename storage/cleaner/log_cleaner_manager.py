@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+from ..common.constants import INT64_MAX
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
 from ..producer_state import ProducerStateManager
@@ -26,8 +27,6 @@ from .cleaner import Cleaner, CleanerConfig, CleanResult
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
 logger = logging.getLogger(__name__)
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass
@@ -100,7 +99,7 @@ def max_compaction_delay(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     """How far past max.compaction.lag.ms the oldest dirty non-active segment's first batch is (0: not)."""
     firsts = [s.rolling_based_timestamp for s in log.non_active_segments_from(first_dirty_offset)]
     firsts = [t for t in firsts if t is not None and t > 0]
-    earliest = min(firsts) if firsts else LONG_MAX
+    earliest = min(firsts) if firsts else INT64_MAX
     until = now_ms - max(log.config.max_compaction_lag_ms, 0)
     return until - earliest if earliest < until else 0
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..common.constants import INT32_MAX
 from ..errors import CleaningAbortedError, CorruptRecordError
 from ..log_loader import LOCK_FILE
-from ..log_segment import INT32_MAX, LogSegment
+from ..log_segment import LogSegment
 from ..objects.immutable_segment import IndexBuilder
 from ..records.record_batch import scan_batches, validate_batches
 from ..segment_swap import (

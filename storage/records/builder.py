@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..common.constants import INT32_MAX, INT64_MAX
 from ..errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import compress_many
@@ -35,7 +36,7 @@ from .record_batch import (
 )
 
 DEFAULT_MAX_BATCH_BYTES = 1048576
-_NO_SPLIT_LIMIT = 2**31 - 1
+_NO_SPLIT_LIMIT = INT32_MAX
 _EMPTY_U8 = np.empty(0, np.uint8)
 _EMPTY_I64 = np.empty(0, np.int64)
 _TS_TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
@@ -225,9 +226,9 @@ def _encode(
         | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0)
         | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
     )
-    if not 0 <= base_offset <= 2**63 - n:
+    if not 0 <= base_offset <= INT64_MAX + 1 - n:
         raise InvalidRecordError(f"base_offset {base_offset} out of range for {n} records")
-    if not -1 <= base_sequence <= 0x7FFFFFFF:
+    if not -1 <= base_sequence <= INT32_MAX:
         raise InvalidRecordError(f"base_sequence {base_sequence} out of range")
     heads = np.zeros(nb, HEADER_DTYPE)  # all 61-byte headers at once; the CRC is filled in last
     try:
