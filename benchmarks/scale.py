@@ -263,12 +263,13 @@ def build_layout(env: Env, layout: Layout) -> dict:
     """Create the layout's topics and write its records; returns the build's timings (and requests)."""
     import pyarrow as pa
 
+    from storage.common.time import SYSTEM_TIME
     from storage.log_manager import LogManager
     from storage.records.builder import build_records
     from storage.topic_partition import TopicPartition
 
     root = env.root(layout)
-    now = int(time.time() * 1000)
+    now = SYSTEM_TIME.milliseconds()
     table = pa.table(
         {
             "key": [b"key-%d" % i for i in range(RECORDS_PER_BATCH)],
@@ -650,7 +651,8 @@ def growth_lines(results: list[Result], env: Env) -> list[str]:
             u0, u1 = ref.wall_s * 1000 / nr, big.wall_s * 1000 / nb
             ratio = u1 / u0 if u0 else float("nan")
             verdict = "SUPER-LINEAR" if ratio > 2 else ("super-linear?" if ratio > 1.3 else "linear or better")
-            line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
+            line = f"{OP_NAMES[op]:18}{sweep:>10}{ref.layout:>14}{big.layout:>14}"
+            line += f"{u0:>10.3f}{'':>4}{u1:>10.3f}{ratio:>8.2f}"
             if env.s3:
                 line += (
                     f"{ref.n_requests / nr:>10.2f}{'':>4}{big.n_requests / nb:>10.2f}"

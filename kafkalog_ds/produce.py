@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from storage.common.constants import INT64_MAX, INT64_MIN
+from storage.common.time import SYSTEM_TIME
 from storage.errors import InvalidInputError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
@@ -553,7 +554,7 @@ def _produce(
 
 def _check_timestamp_bounds(parsed: ParsedBlock, cfg: LogConfig, topic: str) -> None:
     """The topic's message.timestamp.before/after.max.ms, checked before anything is appended."""
-    now = int(time.time() * 1000)
+    now = SYSTEM_TIME.milliseconds()
     bounds = cfg.create_time_bounds(now)
     if bounds is None:
         return

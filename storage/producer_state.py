@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import time
 from dataclasses import asdict, dataclass
 
 from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
+from .common.time import SYSTEM_TIME, Time
 from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
 from .objects.immutable_segment import read_first_header
@@ -92,8 +92,9 @@ class ProducerStateManager:
 
     stamps_batches = False  # the committer need not put the batch id into the batches
 
-    def __init__(self, fs: LogFileSystem, dir: str):
+    def __init__(self, fs: LogFileSystem, dir: str, *, time: Time = SYSTEM_TIME):
         self.fs = fs
+        self.time = time  # stamps updated_ms
         self.path = fs.join(dir, STATE_FILE)
         self.writers: dict[int, WriterEntry] = {}
         if fs.exists(self.path):
@@ -122,7 +123,7 @@ class ProducerStateManager:
         # end: say so, so that the rollback check (first_offset >= committed end) holds for every mark we write
         e.committed_next_offset = min(e.committed_next_offset, first_offset)
         e.pending = PendingCommit(batch_id, first_offset, next_offset)
-        e.updated_ms = int(time.time() * 1000)
+        e.updated_ms = self.time.milliseconds()
         self.save()
 
     def complete(self, writer_id: int) -> None:
@@ -132,7 +133,7 @@ class ProducerStateManager:
         if e.pending is not None:
             e.committed_batch_id, e.committed_next_offset = e.pending.batch_id, e.pending.next_offset
             e.pending = None
-        e.updated_ms = int(time.time() * 1000)
+        e.updated_ms = self.time.milliseconds()
         self.save(durable=False)
 
     def forget(self, writer_id: int) -> None:

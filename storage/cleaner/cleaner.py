@@ -23,12 +23,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..common.constants import INT32_MAX, INT64_MAX
+from ..common.time import SYSTEM_TIME, Time
 from ..errors import CleaningAbortedError, InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
@@ -213,8 +213,11 @@ class _Round:
 class Cleaner:
     """Cleans one log at a time (LogCleanerManager picks which, and keeps the checkpoint)."""
 
-    def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None):
+    def __init__(
+        self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None, time: Time = SYSTEM_TIME
+    ):
         self.config = config or CleanerConfig()
+        self.time = time  # now (the delete horizon) when clean() is given no now_ms, and the duration
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self.check = None  # immutable segments: re-checks the maintenance lease before each swap's commit point
         self._scratch = None  # immutable segments: a local temp dir for the outputs being written
@@ -225,8 +228,8 @@ class Cleaner:
         """Compact [log start, mapped end) of `log` (a reader's Log is fine: the partition lock is taken
         around each swap; a writable Log already holds it). Raises on failure; earlier groups may have
         been swapped in by then, which leaves a valid log."""
-        t0 = time.monotonic()
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        t0 = self.time.nanoseconds()
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         res = CleanResult(
             log.tp.topic,
             log.tp.partition,
@@ -259,7 +262,7 @@ class Cleaner:
                 self._clean_group(rnd, group)
         res.end_offset = end
         res.segments_after, res.bytes_after = len(log.segments), log.size
-        res.duration_s = time.monotonic() - t0
+        res.duration_s = (self.time.nanoseconds() - t0) / 1e9
         return res
 
     # ------------------------------------------------------------------ pass 1

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from ..common.constants import INT64_MAX
+from ..common.time import SYSTEM_TIME, Time
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
 from ..producer_state import ProducerStateManager
@@ -137,9 +137,11 @@ class LogCleanerManager:
         cleaner: Cleaner | None = None,
         merge_min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS,
         check=None,
+        time: Time = SYSTEM_TIME,
     ):
         self.lm = lm
-        self.cleaner = cleaner or Cleaner(config)
+        self.time = time  # now, when a run is given no now_ms
+        self.cleaner = cleaner or Cleaner(config, time=time)
         self.cleaner.check = check  # object stores: the maintenance lease, re-checked before each swap
         self.merge_min_age_ms = merge_min_age_ms  # object stores: see segment_swap.settled_bound
         self.checkpoint = OffsetCheckpointFile(lm.fs, lm.fs.join(lm.root, CLEANER_OFFSET_CHECKPOINT_FILE))
@@ -207,7 +209,7 @@ class LogCleanerManager:
     ) -> list[LogToClean]:
         """Cleanable compacted logs, dirtiest first. From a LogManager (default: ours) the logs are
         opened read-only and owned by the result; a list of Logs stays the caller's."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         self.last_errors = {}
         marks = self.checkpoints()
         owned = logs is None or isinstance(logs, LogManager)
@@ -260,7 +262,7 @@ class LogCleanerManager:
 
     def clean_partition(self, tp: TopicPartition, now_ms: int | None = None, *, force: bool = False) -> CleanResult:
         """Clean one partition now; with force even below the dirty ratio (e.g. to drop expired tombstones)."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         try:
             lg = self.lm.open_log(tp)
         except Exception as e:  # noqa: BLE001
@@ -284,7 +286,7 @@ class LogCleanerManager:
 
     def run_once(self, now_ms: int | None = None) -> list[CleanResult]:
         """Clean every cleanable compacted log once, dirtiest first; one result per partition tried."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         todo = self.cleanable_logs(now_ms=now)
         results = [
             CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..common.constants import INT32_MAX
+from ..common.time import SYSTEM_TIME
 from ..errors import CleaningAbortedError, CorruptRecordError
 from ..log_loader import LOCK_FILE
 from ..log_segment import LogSegment
@@ -133,7 +133,7 @@ def merge_small_segments(
     filesystem with locks it is the cleaner's swap: `.cleaned` output, then Log.replace_segments under
     the partition lock, after checking the sources did not change (an opt-in there: appends already
     fill segments up to segment.bytes)."""
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     if not log.immutable:
         return _merge_local(log, lock_timeout)
     res = MergeResult(log.tp.topic, log.tp.partition, segments_before=len([s for s in log.segments if s.size]))

@@ -7,14 +7,13 @@ then done once per batch.
 
 from __future__ import annotations
 
-import time
-
 import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..common.constants import INT32_MAX, INT64_MAX
+from ..common.time import SYSTEM_TIME
 from ..errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import compress_many
@@ -197,7 +196,7 @@ def _encode(
     if is_transactional and producer_id == -1:
         raise InvalidRecordError("transactional batches need a producer id")
     if now_ms is None:
-        now_ms = int(time.time() * 1000)
+        now_ms = SYSTEM_TIME.milliseconds()
     n, ts, (ks, kl, kd), (vs, vl, vd), (hstart, hcount, (hks, hkl, hkd), (hvs, hvl, hvd)) = _prepare(table, now_ms)
     if n == 0:
         return _EMPTY_U8, BatchScan(np.zeros(0, np.int64), np.zeros(0, HEADER_DTYPE), 0, SCAN_OK)
