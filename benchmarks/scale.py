@@ -263,12 +263,13 @@ def build_layout(env: Env, layout: Layout) -> dict:
     """Create the layout's topics and write its records; returns the build's timings (and requests)."""
     import pyarrow as pa
 
+    from storage.common.time import SYSTEM_TIME
     from storage.log_manager import LogManager
     from storage.records.builder import build_records
     from storage.topic_partition import TopicPartition
 
     root = env.root(layout)
-    now = int(time.time() * 1000)
+    now = SYSTEM_TIME.milliseconds()
     table = pa.table(
         {
             "key": [b"key-%d" % i for i in range(RECORDS_PER_BATCH)],

@@ -55,7 +55,7 @@ from storage.checkpoint import (
     format_checkpoint,
     parse_checkpoint,
 )
-from storage.errors import CorruptRecordError, KafkaStorageError, UnknownTopicOrPartitionError
+from storage.errors import CorruptRecordError, ExportError, KafkaStorageError, UnknownTopicOrPartitionError
 from storage.file_records import head
 from storage.log_manager import LogManager
 from storage.objects.immutable_segment import IndexBuilder
@@ -67,6 +67,7 @@ from storage.records.record_batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
     TRANSACTIONAL_FLAG_MASK,
     as_uint8,
     compute_crc,
@@ -93,12 +94,7 @@ REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 DELETE_RECORDS_SUFFIX = ".delete-records.json"
 _TOPIC_ID_RE = re.compile(r"[A-Za-z0-9_-]{22}")
-PRODUCER_ID_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 (inside the CRC)
 _RESERVED_TOPIC_IDS = {bytes(16): "the zero id", bytes(15) + b"\x01": "the id of the cluster metadata topic"}
-
-
-class ExportError(KafkaStorageError):
-    """The export cannot go ahead; nothing in the target was changed unless the message says so."""
 
 
 # ---------------------------------------------------------------- small pieces

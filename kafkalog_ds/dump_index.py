@@ -9,12 +9,13 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from storage.errors import CorruptIndexError
+from storage.common.constants import INT32_MAX
+from storage.errors import CorruptIndexError, DumpError
 from storage.filesystem import LogFileSystem
 from storage.index import OffsetIndex, TimeIndex
 from storage.records.record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 
-from .dump_log import INT32_MAX, DumpError, DumpOptions, DumpReport, SegmentReader, start_offset
+from .dump_log import DumpOptions, DumpReport, SegmentReader, start_offset
 
 TXN_ENTRY = np.dtype(
     [

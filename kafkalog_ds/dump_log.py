@@ -16,8 +16,9 @@ import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import KafkaLogError
-from storage.file_records import BatchChunk, select_batches
+from storage.common.constants import INT32_MAX
+from storage.errors import DumpError, KafkaLogError
+from storage.file_records import FIRST_CHUNK_BYTES, BatchChunk, select_batches
 from storage.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
@@ -37,12 +38,10 @@ from storage.records.record_batch import (
 )
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
-NO_MAX_BYTES = 2**31 - 1  # Kafka's --max-bytes default (Integer.MAX_VALUE): no limit
+NO_MAX_BYTES = INT32_MAX  # Kafka's --max-bytes default (Integer.MAX_VALUE): no limit
 DECOMPRESS_LIMIT = 256 * 1024 * 1024  # bound on one batch's decompressed records (hostile input)
-FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 2 * 1024 * 1024
 RECORD_INDENT = "|"
-INT32_MAX = 2**31 - 1
 CONTROL_TYPES = {
     0: "ABORT",
     1: "COMMIT",
@@ -99,10 +98,6 @@ class DumpReport:
             lines += [f"  {a} is followed by {b}" for a, b in reversed(pairs)]
         if lines:
             err.write("\n".join(lines) + "\n")
-
-
-class DumpError(KafkaLogError):
-    """A file dump-log cannot go on reading (bad name, impossible batch length, old message format)."""
 
 
 # ---------------------------------------------------------------- reading batches

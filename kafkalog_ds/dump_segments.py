@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 from typing import TextIO
 
-from storage.errors import KafkaLogError
+from storage.errors import DumpError, KafkaLogError
 from storage.filesystem import LogFileSystem
 from storage.filesystem_factory import open_filesystem
 
 from .dump_index import dump_index, dump_time_index, dump_txn_index
-from .dump_log import DumpError, DumpOptions, DumpReport, dump_log, one_line
+from .dump_log import DumpOptions, DumpReport, dump_log, one_line
 
 UNSUPPORTED = {".snapshot": "producer state snapshots", ".checkpoint": "KRaft snapshots"}
 

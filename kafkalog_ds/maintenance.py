@@ -28,10 +28,11 @@ from typing import TextIO
 from storage.cleaner.cleaner import CleanerConfig
 from storage.cleaner.log_cleaner_manager import LogCleanerManager
 from storage.cleaner.segment_merger import merge_small_segments
-from storage.errors import KafkaLogError, UnknownTopicOrPartitionError
+from storage.common.time import SYSTEM_TIME
+from storage.errors import KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
 from storage.log_retention import delete_old_segment_objects
-from storage.objects.maintenance_lease import MaintenanceLease, MaintenanceLeaseError, attach_lease
+from storage.objects.maintenance_lease import MaintenanceLease, attach_lease
 from storage.segment_swap import complete_pending_swaps
 from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition
@@ -122,7 +123,7 @@ def maintain_partition(
     bad partition does not stop the others; the next pass retries it. A pass gives its LogManager (`lm`),
     inside its snapshot(), so that topic and checkpoint files are read once per pass, not per partition."""
     t0 = time.monotonic()
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     rep = PartitionReport(tp.topic, tp.partition)
     lm = lm if lm is not None else LogManager(root, storage_options, fs=fs)
     if not lm.fs.capabilities.locks:
@@ -258,7 +259,7 @@ def run_once(
     """One pass over every partition (of `topics`, if given), then the root's duties. With `spark`,
     partitions are spread over its executors, one task each. `clock` (ms) is what the object-store
     lease runs on: by default now_ms plus the time the pass has taken (tests give a clock of their own)."""
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     cc = CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
     lm = LogManager(root, storage_options, fs=fs)
     lease = None

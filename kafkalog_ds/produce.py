@@ -25,7 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from storage.errors import KafkaLogError, RecordTooLargeError, UnknownTopicOrPartitionError
+from storage.common.constants import INT64_MAX, INT64_MIN
+from storage.common.time import SYSTEM_TIME
+from storage.errors import InvalidInputError, RecordTooLargeError, UnknownTopicOrPartitionError
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.records.builder import build_records
@@ -54,15 +56,10 @@ INPUT_SCHEMA = pa.schema(
     ]
 )
 _FIELDS = tuple(INPUT_SCHEMA.names)
-_INT64 = (-(2**63), 2**63 - 1)
 _B64_NAME = re.compile(r"key|value|headers\.(0|[1-9][0-9]*)")
 _WS = np.zeros(256, bool)
 _WS[[9, 10, 13, 32]] = True  # JSON whitespace
 NL = b"\n"
-
-
-class InvalidInputError(KafkaLogError):
-    """A producer input line that is not a valid record; names the line."""
 
 
 # ---------------------------------------------------------------- producer input
@@ -136,7 +133,7 @@ def _int_problem(name: str, v, what: str) -> str | None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         return f"'{name}' must be {what} or null, got {_json_type(v)} {json.dumps(v)[:40]}"
-    if not _INT64[0] <= v <= _INT64[1]:
+    if not INT64_MIN <= v <= INT64_MAX:
         return f"'{name}' {v} does not fit in 64 bits"
     return None
 
@@ -560,7 +557,7 @@ def _produce(
 
 def _check_timestamp_bounds(parsed: ParsedBlock, cfg: LogConfig, topic: str) -> None:
     """The topic's message.timestamp.before/after.max.ms, checked before anything is appended."""
-    now = int(time.time() * 1000)
+    now = SYSTEM_TIME.milliseconds()
     bounds = cfg.create_time_bounds(now)
     if bounds is None:
         return
@@ -617,9 +614,8 @@ def _encode(
                 )
             )
         except RecordTooLargeError as e:
-            m = re.match(r"row (\d+): (.*)", str(e))
-            if m is None:
+            if e.row is None:
                 raise
-            line = int(lines[rows[start + int(m.group(1))]])
-            raise InvalidInputError(f"stdin line {line}: {m.group(2)}; nothing was written") from None
+            line = int(lines[rows[start + e.row]])
+            raise InvalidInputError(f"stdin line {line}: {e.reason}; nothing was written") from None
     return b"".join(parts), table.num_rows

@@ -6,7 +6,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from storage.errors import KafkaLogError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.errors import DataLossError, KafkaLogError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
 from storage.log_offsets import LogOffsetsCache
 from storage.topic_partition import TopicPartition
@@ -14,10 +14,6 @@ from storage.topic_partition import TopicPartition
 from .source_options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 
 log = logging.getLogger(__name__)
-
-
-class DataLossError(KafkaLogError):
-    """Data the query asked for is gone (retention, a deleted partition) and failOnDataLoss is true."""
 
 
 @dataclass(frozen=True)

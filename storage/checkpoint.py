@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .errors import KafkaStorageError
+from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
+from .errors import CorruptCheckpointError
 from .filesystem import LogFileSystem
 from .topic_partition import TopicPartition, topic_name_problem
 
@@ -24,18 +25,6 @@ MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _LINE_BREAK_RE = re.compile(r"\r\n|\r|\n")  # what Java's BufferedReader.readLine splits on
-_INT_MAX = 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-class CorruptCheckpointError(KafkaStorageError):
-    """A checkpoint file that does not parse; names the file and the 1-based line."""
-
-    def __init__(self, message: str, *, path: str, line: int | None = None):
-        where = f"{path} line {line}" if line is not None else path
-        super().__init__(f"corrupt checkpoint file {where}: {message}")
-        self.path = path
-        self.line = line
 
 
 class OffsetCheckpointFile:
@@ -77,9 +66,9 @@ def format_checkpoint(entries: Mapping[TopicPartition, int]) -> bytes:
             if problem:
                 raise ValueError(f"checkpoint entry {topic!r}: {problem}")
             legal.add(topic)
-        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= _INT_MAX:
+        if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT32_MAX:
             raise ValueError(f"checkpoint entry {topic}-{partition}: partition must be an int in [0, 2**31-1]")
-        if isinstance(offset, bool) or not isinstance(offset, int) or not _LONG_MIN <= offset <= _LONG_MAX:
+        if isinstance(offset, bool) or not isinstance(offset, int) or not INT64_MIN <= offset <= INT64_MAX:
             raise ValueError(f"checkpoint entry {topic}-{partition}: offset {offset!r} is not a 64-bit int")
         lines.append(f"{topic} {partition} {offset}")
     return ("\n".join(lines) + "\n").encode("utf-8")
@@ -123,9 +112,9 @@ def parse_checkpoint(data: bytes, *, source: str = "<checkpoint>") -> dict[Topic
             if topic_name_problem(topic):
                 raise bad(f"illegal topic name ({topic_name_problem(topic)})", lineno)
             legal.add(topic)
-        if not _INT_RE.fullmatch(part) or not 0 <= int(part) <= _INT_MAX:
+        if not _INT_RE.fullmatch(part) or not 0 <= int(part) <= INT32_MAX:
             raise bad("the partition is not a non-negative 32-bit integer", lineno)
-        if not _INT_RE.fullmatch(off) or not _LONG_MIN <= int(off) <= _LONG_MAX:
+        if not _INT_RE.fullmatch(off) or not INT64_MIN <= int(off) <= INT64_MAX:
             raise bad("the offset is not a 64-bit integer", lineno)
         tp = TopicPartition(topic, int(part))
         if tp in out:

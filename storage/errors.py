@@ -23,7 +23,16 @@ class CorruptRecordError(KafkaLogError):
 
 
 class RecordTooLargeError(KafkaLogError):
-    """A batch (or its decompressed records) exceeds max.message.bytes."""
+    """A batch (or its decompressed records) exceeds max.message.bytes.
+
+    `row` is the input row at fault when the error comes from building batches (None otherwise); the
+    message then starts with "row N: " and `reason` is the rest, for callers that name the row their way.
+    """
+
+    def __init__(self, message: str, *, row: int | None = None):
+        super().__init__(f"row {row}: {message}" if row is not None else message)
+        self.row = row
+        self.reason = message
 
 
 class InvalidConfigError(KafkaLogError, ValueError):
@@ -35,11 +44,14 @@ class InvalidRecordError(KafkaLogError, ValueError):
 
 
 class InvalidTopicError(KafkaLogError):
-    """A topic name Kafka would reject, or a topic that does not exist."""
+    """A topic name Kafka would reject: illegal characters or length, or one that collides with an existing
+    topic's name once '.' and '_' are taken as equal (Kafka's InvalidTopicException). A name that is legal
+    but not there is UnknownTopicOrPartitionError."""
 
 
 class UnknownTopicOrPartitionError(KafkaLogError):
-    """The topic or partition is not present under the log dir."""
+    """A legal topic or partition that is not present under the log dir (Kafka's
+    UnknownTopicOrPartitionException)."""
 
 
 class TopicExistsError(KafkaLogError):
@@ -54,8 +66,14 @@ class InvalidTimestampError(KafkaLogError):
     """A CreateTime record timestamp outside message.timestamp.before/after.max.ms of the append time."""
 
 
+class InvalidOffsetError(KafkaLogError, ValueError):
+    """An append to an index with an offset that does not keep its entries in order: a caller's mistake,
+    not damage to the file (Kafka's InvalidOffsetException; also a ValueError)."""
+
+
 class CorruptIndexError(KafkaLogError):
-    """An index file that fails its sanity check; the loader rebuilds it from the log."""
+    """An index file that fails its sanity check or cannot be read; readers scan the log instead and the
+    loader rebuilds the index from it. Only damage found in the file raises it, never a caller's append."""
 
 
 class LogLockedError(KafkaLogError):
@@ -77,3 +95,41 @@ class ConcurrentAppendError(KafkaStorageError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class CorruptCheckpointError(KafkaStorageError):
+    """A checkpoint file that does not parse; names the file and the 1-based line."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None):
+        where = f"{path} line {line}" if line is not None else path
+        super().__init__(f"corrupt checkpoint file {where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class CleaningAbortedError(KafkaStorageError):
+    """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
+
+
+class SwapAbortedError(KafkaStorageError):
+    """A swap was not made (another job's swap is in the partition, or the sources changed)."""
+
+
+class MaintenanceLeaseError(KafkaStorageError):
+    """Another maintenance job holds the log dir's lease (or took it over from this one)."""
+
+
+class DataLossError(KafkaLogError):
+    """Data the query asked for is gone (retention, a deleted partition) and failOnDataLoss is true."""
+
+
+class InvalidInputError(KafkaLogError):
+    """A producer input line that is not a valid record; names the line."""
+
+
+class DumpError(KafkaLogError):
+    """A file dump-log cannot go on reading (bad name, impossible batch length, old message format)."""
+
+
+class ExportError(KafkaStorageError):
+    """The export cannot go ahead; nothing in the target was changed unless the message says so."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import crc32c as _crc32c
 import numpy as np
 
+from .common.constants import INT32_MAX, INT64_MIN
 from .errors import CorruptRecordError
 from .records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -33,7 +34,6 @@ from .records.record_batch import (
     scan_batches,
 )
 
-INT32_MAX = 2**31 - 1
 MAX_CODEC = 4  # zstd: attribute bits 0-2 above it name no codec
 FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
@@ -149,7 +149,7 @@ def check_headers(
     counts = h["record_count"].astype(np.int64)
     last = base + deltas
     prev = np.empty_like(base)
-    prev[0] = np.iinfo(np.int64).min if prev_last is None else prev_last
+    prev[0] = INT64_MIN if prev_last is None else prev_last
     prev[1:] = last[:-1]
     codecs = h["attributes"].astype(np.int64) & COMPRESSION_CODEC_MASK
     problems = [

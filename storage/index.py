@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import CorruptIndexError
+from .errors import CorruptIndexError, InvalidOffsetError
 from .filesystem import Appender, FileReader, LogFileSystem
 from .records.record_batch import NO_TIMESTAMP
 from .topic_partition import DELETED_FILE_SUFFIX
@@ -76,6 +76,11 @@ class AbstractIndex:
     @_entries.setter
     def _entries(self, n: int) -> None:
         self._n = n
+
+    @property
+    def is_full(self) -> bool:
+        """No slot left for another entry (Kafka's AbstractIndex.isFull)."""
+        return self._entries >= self.max_entries
 
     @property
     def entries(self) -> int:
@@ -307,9 +312,9 @@ class OffsetIndex(AbstractIndex):
 
     def append(self, offset: int, position: int) -> None:
         if self.is_full:
-            raise CorruptIndexError(f"attempt to append to a full index {self.fs.url(self.path)}")
+            raise ValueError(f"attempt to append to a full index {self.fs.url(self.path)}")
         if self._entries and offset <= self.last_offset:
-            raise CorruptIndexError(
+            raise InvalidOffsetError(
                 f"attempt to append offset {offset} to {self.fs.url(self.path)}, "
                 f"no larger than the last offset {self.last_offset}"
             )
@@ -320,9 +325,9 @@ class OffsetIndex(AbstractIndex):
         if not len(offsets):
             return
         if self._entries + len(offsets) > self.max_entries:
-            raise CorruptIndexError(f"attempt to append to a full index {self.fs.url(self.path)}")
+            raise ValueError(f"attempt to append to a full index {self.fs.url(self.path)}")
         if self._entries and int(offsets[0]) <= self.last_offset:
-            raise CorruptIndexError(
+            raise InvalidOffsetError(
                 f"attempt to append offset {int(offsets[0])} to {self.fs.url(self.path)}, "
                 f"no larger than the last offset {self.last_offset}"
             )
@@ -394,10 +399,10 @@ class TimeIndex(AbstractIndex):
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Append only when the timestamp grew, as Kafka does."""
         if not skip_full_check and self.is_full:
-            raise CorruptIndexError(f"attempt to append to a full time index {self.fs.url(self.path)}")
+            raise ValueError(f"attempt to append to a full time index {self.fs.url(self.path)}")
         last = self.last_entry
         if self._entries and offset < last.offset:
-            raise CorruptIndexError(
+            raise InvalidOffsetError(
                 f"attempt to append offset {offset} to {self.fs.url(self.path)}, smaller than {last.offset}"
             )
         if timestamp > last.timestamp:
@@ -408,7 +413,7 @@ class TimeIndex(AbstractIndex):
         if not len(timestamps):
             return
         if self._entries + len(timestamps) > self.max_entries:
-            raise CorruptIndexError(f"attempt to append to a full time index {self.fs.url(self.path)}")
+            raise ValueError(f"attempt to append to a full time index {self.fs.url(self.path)}")
         rows = np.empty(len(timestamps), self.entry_dtype)
         rows["timestamp"] = timestamps
         rows["relative_offset"] = np.asarray(offsets, np.int64) - self.base_offset

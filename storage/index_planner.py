@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .jit import lazy_kernel
+from .common.jit import lazy_kernel
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +15,8 @@ import numpy as np
 if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process that only appends
     import pyarrow
 
+from .common.constants import INT32_MAX
+from .common.time import SYSTEM_TIME
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
 from .log_config import LogConfig
@@ -70,10 +71,6 @@ class LogAppendInfo:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class Log:
     """A partition's log. Readers share it freely; only a writable Log (holding the partition lock) appends."""
 
@@ -118,7 +115,7 @@ class Log:
         self.tail_error = None  # a reader's: the last segment ends in a damaged batch (LogSegment.scan_tail)
         self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = SYSTEM_TIME.milliseconds()
         self.dir_changed = True  # entries made, renamed or removed since the directory was last fsynced
         self.closed = False
 
@@ -181,7 +178,7 @@ class Log:
         that encoder just wrote, are then not checked again (only the batch size limit is).
         """
         self._require_writable()
-        now = now_ms() if now is None else now
+        now = SYSTEM_TIME.milliseconds() if now is None else now
         where = f"append to {self.tp.topic}-{self.tp.partition}"
         if isinstance(records, bytearray) or (
             isinstance(records, np.ndarray)
@@ -254,7 +251,7 @@ class Log:
                 or (size_now > 0 and waited > cfg.max_segment_ms)
                 or seg.offset_index.entries + planned >= seg.offset_index.max_entries
                 or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
-                or int(last[i]) - seg.base_offset > 2**31 - 1
+                or int(last[i]) - seg.base_offset > INT32_MAX
             )
             if roll and size_now > 0:
                 if i > start:
@@ -437,7 +434,7 @@ class Log:
                 self.dir_changed = False
         self.recovery_point = self._next_offset
         self._unflushed_messages = 0
-        self._last_flush_ms = now_ms()
+        self._last_flush_ms = SYSTEM_TIME.milliseconds()
 
     def close(self) -> None:
         if self.closed:

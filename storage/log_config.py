@@ -16,16 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .common.constants import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 from .errors import InvalidConfigError
 
 # the smallest RecordBatch v2: its 61-byte header and one record with null key and value (the same as
 # records.record_batch.MIN_BATCH_BYTES, which is not imported here: it would load numba for config checks)
 MIN_BATCH_BYTES = 68
 
-INT_MAX = 2**31 - 1
-INT_MIN = -(2**31)
-LONG_MAX = 2**63 - 1
-LONG_MIN = -(2**63)
 
 CLEANUP_POLICY_DELETE = "delete"
 CLEANUP_POLICY_COMPACT = "compact"
@@ -178,13 +175,13 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
         Range(0),
         "Wait before removing a segment's .deleted files, so readers in flight finish.",
     ),
-    _k("flush.messages", "long", LONG_MAX, Range(1), "Force an fsync after this many appended messages."),
-    _k("flush.ms", "long", LONG_MAX, Range(0), "Force an fsync when this long has passed since the last one."),
+    _k("flush.messages", "long", INT64_MAX, Range(1), "Force an fsync after this many appended messages."),
+    _k("flush.ms", "long", INT64_MAX, Range(0), "Force an fsync when this long has passed since the last one."),
     _k("index.interval.bytes", "int", 4096, Range(0), "Log bytes between offset-index entries."),
     _k(
         "max.compaction.lag.ms",
         "long",
-        LONG_MAX,
+        INT64_MAX,
         Range(1),
         "Longest a record may stay uncompacted before its log is cleaned regardless of dirty ratio.",
     ),
@@ -206,21 +203,21 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k(
         "message.timestamp.after.max.ms",
         "long",
-        LONG_MAX,
+        INT64_MAX,
         Range(0),
         "Largest allowed lead of a record timestamp over the append time (CreateTime).",
     ),
     _k(
         "message.timestamp.before.max.ms",
         "long",
-        LONG_MAX,
+        INT64_MAX,
         Range(0),
         "Largest allowed lag of a record timestamp behind the append time (CreateTime).",
     ),
     _k(
         "message.timestamp.difference.max.ms",
         "long",
-        LONG_MAX,
+        INT64_MAX,
         Range(0),
         "Deprecated in Kafka 3.6 for the before/after pair; accepted for compatibility.",
     ),
@@ -297,7 +294,7 @@ def parse_value(key: ConfigKey, value):
             parsed = int(value)
         else:
             raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
-        lo, hi = (INT_MIN, INT_MAX) if t == "int" else (LONG_MIN, LONG_MAX)
+        lo, hi = (INT32_MIN, INT32_MAX) if t == "int" else (INT64_MIN, INT64_MAX)
         if not lo <= parsed <= hi:
             raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
     elif t == "double":
@@ -371,15 +368,15 @@ class LogConfig:
     compression_zstd_level: int = 3
     delete_retention_ms: int = 86400000
     file_delete_delay_ms: int = 60000
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
     index_interval_bytes: int = 4096
-    max_compaction_lag_ms: int = LONG_MAX
+    max_compaction_lag_ms: int = INT64_MAX
     max_message_bytes: int = 1048588
     message_downconversion_enable: bool = True
-    message_timestamp_after_max_ms: int = LONG_MAX
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_difference_max_ms: int = INT64_MAX
     message_timestamp_type: str = "CreateTime"
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
@@ -513,9 +510,9 @@ class LogConfig:
         from message.timestamp.before/after.max.ms (and the older difference.max.ms); None: unbounded."""
         before = min(self.message_timestamp_before_max_ms, self.message_timestamp_difference_max_ms)
         after = min(self.message_timestamp_after_max_ms, self.message_timestamp_difference_max_ms)
-        if self.message_timestamp_type != "CreateTime" or (before == LONG_MAX and after == LONG_MAX):
+        if self.message_timestamp_type != "CreateTime" or (before == INT64_MAX and after == INT64_MAX):
             return None
-        return max(now_ms - before, LONG_MIN), min(now_ms + after, LONG_MAX)
+        return max(now_ms - before, INT64_MIN), min(now_ms + after, INT64_MAX)
 
 
 def _check_table() -> None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass, field
 
+from .common.time import SYSTEM_TIME
 from .errors import (
     CorruptIndexError,
     CorruptRecordError,
@@ -91,7 +91,7 @@ class LogLoader:
         self.log_start_offset = log_start_offset
         self.writable = writable
         self.lock_timeout = lock_timeout
-        self.now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.now_ms = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
         self.report = LoadReport()
         self.dir_changed = False  # a file made, renamed or removed here: the writer's next flush syncs the dir
 

@@ -24,6 +24,7 @@ from .checkpoint import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
 )
+from .common.time import SYSTEM_TIME
 from .errors import (
     InvalidConfigError,
     InvalidTopicError,
@@ -72,10 +73,6 @@ logger = logging.getLogger(__name__)
 
 ROOT_LOCK_FILE = ".lock"
 CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, CLEANER_OFFSET_CHECKPOINT_FILE)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _rename_dir(fs: LogFileSystem, src: str, dst: str) -> None:
@@ -535,7 +532,7 @@ class LogManager:
     ) -> RetentionResult:
         """One retention run on a partition (see storage/log_retention.py). The plan is made on a reader's
         view; the partition lock is taken only when there is something to delete, and re-plans under it."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
         with self.open_log(tp) as log:
             if not plan_deletion(log, now_ms=now):
                 return RetentionResult(
@@ -561,7 +558,7 @@ class LogManager:
     ) -> list[RetentionResult]:
         """Retention and `.deleted` file removal for every partition (Kafka's log retention task). A partition
         whose lock stays taken is reported as skipped; topics deleted meanwhile are passed over."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
         results = []
         for name in self.topics() if topics is None else topics:
             try:
@@ -608,7 +605,7 @@ class LogManager:
         seconds nothing is deleted. Returns the renamed directories."""
         self.forget_snapshot()
         meta = self.topic(topic)
-        now = _now_ms() if now_ms is None else now_ms
+        now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
         live = sorted((tp, path) for tp, paths in self._live_dirs().items() if tp.topic == topic for path in paths)
         deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
         renamed = []

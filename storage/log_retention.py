@@ -11,10 +11,10 @@ is never deleted; a non-empty active segment that a pass would delete is rolled 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from .common.time import SYSTEM_TIME
 from .filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
@@ -50,10 +50,6 @@ class RetentionResult:
     rolled: bool = False  # every segment had expired: the active one was rolled so it could go
     removed_files: list[str] = field(default_factory=list)  # expired `.deleted` files removed
     skipped: str | None = None  # why the partition was not examined (a writer held its lock)
-
-
-def _now() -> int:
-    return int(time.time() * 1000)
 
 
 def segment_largest_timestamp(seg: LogSegment) -> int:
@@ -116,7 +112,7 @@ def _deletable_count(segs: list[LogSegment], pred: Predicate) -> int:
 def plan_deletion(log: Log, *, now_ms: int | None = None) -> list[tuple[int, str]]:
     """(base offset, reason) of every segment a retention run would delete now, in order. Changes nothing,
     so it runs on a reader's Log without the partition lock."""
-    now = _now() if now_ms is None else now_ms
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     segs = log.segments
     log_start = log.log_start_offset
     out: list[tuple[int, str]] = []
@@ -135,7 +131,7 @@ def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResu
     """Apply the three passes to a writable Log (its holder has the partition lock). Segment files are renamed
     to `.deleted`; the caller's close records the new log start offset in log-start-offset-checkpoint.
     Immutable segments (object stores) go through delete_old_segment_objects, checkpoint first."""
-    now = _now() if now_ms is None else now_ms
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     if log.immutable:
         return delete_old_segment_objects(log, log._on_close or (lambda lg: None), now_ms=now)
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
@@ -166,7 +162,7 @@ def delete_old_segment_objects(
     objects survived sits below the checkpointed log start and the next pass deletes it again. The last
     segment object always stays, even expired (the log end offset is read from it; the log start
     offset then equals the log end offset, so nothing of it is readable)."""
-    now = _now() if now_ms is None else now_ms
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
     objects = [s for s in log.segments if s.size]
     plan = plan_deletion(log, now_ms=now)
@@ -225,7 +221,7 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
 def remove_expired_deleted_files(fs: LogFileSystem, dir: str, delay_ms: int, *, now_ms: int | None = None) -> list[str]:
     """Remove the `.deleted` segment files in a partition directory whose modification time is at least
     `delay_ms` (file.delete.delay.ms) old; returns their names. Needs no lock: nothing reads these names."""
-    now = _now() if now_ms is None else now_ms
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     # one scandir locally, one fresh LIST on object stores (where the deletes are batched too)
     times = fs.modified_times(dir)
     swaps = [p.base_offset for p in map(parse_segment_file, times) if p is not None and p.extra == SWAP_FILE_SUFFIX]
@@ -270,7 +266,7 @@ def delete_dir_due_ms(fs: LogFileSystem, dir: str) -> int:
 
 def remove_expired_delete_dirs(fs: LogFileSystem, log_dir: str, *, now_ms: int | None = None) -> list[str]:
     """Remove the `<topic>-<partition>.<id>-delete` directories of one log dir whose delay has passed."""
-    now = _now() if now_ms is None else now_ms
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     removed = []
     for f in fs.listdir(log_dir):
         parsed = parse_log_dir_name(f.name) if f.is_dir else None

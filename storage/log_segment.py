@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from .common.constants import INT32_MAX
+from .common.time import SYSTEM_TIME
 from .errors import CorruptIndexError, CorruptRecordError
 from .file_records import (
     FIRST_CHUNK_BYTES,
-    INT32_MAX,
     BatchChunk,
     check_headers,
     crc_failures,
@@ -91,7 +91,7 @@ class LogSegment:
         self._appender: Appender | None = None
         self._index_state: IndexState | None = None  # loaded lazily: needs a tail scan
         self._rolling_based_timestamp: int | None = None
-        self.created_ms = int(time.time() * 1000) if created_ms is None else created_ms
+        self.created_ms = SYSTEM_TIME.milliseconds() if created_ms is None else created_ms
         self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
         self.rolled = False  # no longer the active segment: set by the Log
         self.appended: list | None = None  # (positions, base offsets) of appended batches, when tracked

@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import struct
-import time
 from dataclasses import asdict, dataclass
 
+from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
+from .common.time import SYSTEM_TIME, Time
 from .errors import CorruptRecordError, KafkaStorageError
 from .filesystem import LogFileSystem
 from .objects.immutable_segment import read_first_header
 from .objects.segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
-from .records.record_batch import CRC_OFFSET, compute_crc, scan_batches, validate_batches
+from .records.record_batch import CRC_OFFSET, PRODUCER_ID_OFFSET, compute_crc, scan_batches, validate_batches
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +33,8 @@ STATE_FILE = "kafkalog-producer-state.json"
 # "segments": {base: [size, max timestamp]}}; version 2 (no segments) is still read
 HINT_VERSION = 3
 READABLE_HINT_VERSIONS = (2, 3)
-PRODUCER_FIELDS_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 in a batch header
-MAX_BATCH_ID = 2**31 - 1  # baseSequence is an int32
+MAX_BATCH_ID = INT32_MAX  # baseSequence is an int32
 MAX_STATE_BYTES = 16 << 20  # a state file holds an entry per writer; a larger one is not read whole
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass
@@ -93,8 +92,9 @@ class ProducerStateManager:
 
     stamps_batches = False  # the committer need not put the batch id into the batches
 
-    def __init__(self, fs: LogFileSystem, dir: str):
+    def __init__(self, fs: LogFileSystem, dir: str, *, time: Time = SYSTEM_TIME):
         self.fs = fs
+        self.time = time  # stamps updated_ms
         self.path = fs.join(dir, STATE_FILE)
         self.writers: dict[int, WriterEntry] = {}
         if fs.exists(self.path):
@@ -123,7 +123,7 @@ class ProducerStateManager:
         # end: say so, so that the rollback check (first_offset >= committed end) holds for every mark we write
         e.committed_next_offset = min(e.committed_next_offset, first_offset)
         e.pending = PendingCommit(batch_id, first_offset, next_offset)
-        e.updated_ms = int(time.time() * 1000)
+        e.updated_ms = self.time.milliseconds()
         self.save()
 
     def complete(self, writer_id: int) -> None:
@@ -133,7 +133,7 @@ class ProducerStateManager:
         if e.pending is not None:
             e.committed_batch_id, e.committed_next_offset = e.pending.batch_id, e.pending.next_offset
             e.pending = None
-        e.updated_ms = int(time.time() * 1000)
+        e.updated_ms = self.time.milliseconds()
         self.save(durable=False)
 
     def forget(self, writer_id: int) -> None:
@@ -219,7 +219,7 @@ def _read_bounded(fs: LogFileSystem, path: str) -> bytes:
 
 
 def _long(v, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not _LONG_MIN <= v <= _LONG_MAX:
+    if isinstance(v, bool) or not isinstance(v, int) or not INT64_MIN <= v <= INT64_MAX:
         raise ValueError(f"{what} is not a 64-bit integer: {v!r}")
     return v
 
@@ -275,7 +275,7 @@ def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_siz
     view = memoryview(buf)
     # per batch: the CRC covers these fields
     for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist(), strict=True):
-        fields.pack_into(buf, pos + PRODUCER_FIELDS_OFFSET, writer_id, 0, batch_id)
+        fields.pack_into(buf, pos + PRODUCER_ID_OFFSET, writer_id, 0, batch_id)
         struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos : pos + size]))
 
 

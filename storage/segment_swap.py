@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import CorruptRecordError, KafkaStorageError
+from .errors import CorruptRecordError, KafkaStorageError, SwapAbortedError
 from .file_records import check_headers, crc_failures
 from .filesystem import LogFileSystem
 from .log_segment import LogSegment, segment_settings
@@ -61,10 +61,6 @@ SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
 
 
 CLEANER_LOCK_FILE = ".cleaner.lock"  # held while a cleaner writes `.cleaned` output in the partition dir
-
-
-class SwapAbortedError(KafkaStorageError):
-    """A swap was not made (another job's swap is in the partition, or the sources changed)."""
 
 
 def cleaner_output_lock(fs: LogFileSystem, dir: str, *, timeout: float | None):

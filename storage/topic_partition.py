@@ -12,12 +12,11 @@ import re
 import uuid
 from typing import NamedTuple
 
+from .common.constants import INT32_MAX, INT64_MAX
 from .errors import InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
 MAX_DIR_NAME_LENGTH = 255  # Kafka caps -delete / -stray dir names at this (file system limit)
-_LONG_MAX = 2**63 - 1
-_INT_MAX = 2**31 - 1
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
@@ -92,8 +91,8 @@ def unify_collision_chars(name: str) -> str:
 
 
 def _check_partition(partition) -> int:
-    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= _INT_MAX:
-        raise ValueError(f"partition must be an int in [0, {_INT_MAX}], got {partition!r}")
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT32_MAX:
+        raise ValueError(f"partition must be an int in [0, {INT32_MAX}], got {partition!r}")
     return partition
 
 
@@ -158,7 +157,7 @@ def parse_log_dir_name(name: str) -> LogDirName | None:
     if not dash or not _DIGITS_RE.fullmatch(part) or topic_name_problem(topic):
         return None
     partition = int(part)
-    if partition > _INT_MAX:
+    if partition > INT32_MAX:
         return None
     return LogDirName(TopicPartition(topic, partition), kind)
 
@@ -174,7 +173,7 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 def offset_to_file_prefix(offset: int) -> str:
     """A base offset as Kafka names files by it: 20 digits, zero padded."""
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _LONG_MAX:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= INT64_MAX:
         raise ValueError(f"a file base offset must be an int in [0, 2**63-1], got {offset!r}")
     return f"{offset:020d}"
 
@@ -203,6 +202,6 @@ def parse_segment_file(name: str) -> SegmentFileName | None:
     if m is None:
         return None
     offset = int(m.group(1))
-    if offset > _LONG_MAX:
+    if offset > INT64_MAX:
         return None
     return SegmentFileName(offset, m.group(2), m.group(3) or "")

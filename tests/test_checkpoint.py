@@ -8,11 +8,10 @@ from storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
-    CorruptCheckpointError,
     OffsetCheckpointFile,
     parse_checkpoint,
 )
-from storage.errors import KafkaLogError, KafkaStorageError
+from storage.errors import CorruptCheckpointError, KafkaLogError, KafkaStorageError
 from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.topic_partition import TopicPartition
 

@@ -17,6 +17,7 @@ from storage.cleaner.cleaner import Cleaner, CleanerConfig
 from storage.cleaner.log_cleaner_manager import LogCleanerManager, log_to_clean
 from storage.cleaner.offset_map import KeyCounter, SkimpyOffsetMap
 from storage.cleaner.throttler import Throttler
+from storage.common.time import MockTime
 from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
 from storage.records import record_batch as rb
@@ -415,9 +416,31 @@ def test_max_compaction_lag_forces_cleaning_below_the_ratio(root):
     assert [r[0] for r in parsed_records(lm)] == [2, 3, 4, 5, 6, 7]
 
 
+def test_the_cleaner_reads_now_from_its_clock_when_given_no_now_ms(root):
+    """The max-compaction-lag case above on a MockTime: the clock, not the machine's, decides."""
+    lm = make(root, segment_bytes=200, min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=10_000)
+    for i in range(6):
+        append(lm, [(50_000 + i, b"k%d" % i, b"v", [])])
+    roll(lm)
+    clock = MockTime(50_100)
+    mgr = LogCleanerManager(lm, time=clock)
+    assert mgr.clean_partition(TP, force=True).end_offset == 6
+    for i in range(2):
+        append(lm, [(52_000 + i, b"k%d" % i, b"w", [])])
+    roll(lm)
+    clock.set_current_time_ms(61_000)
+    assert mgr.cleanable_logs() == []
+    clock.set_current_time_ms(63_000)
+    chosen = mgr.cleanable_logs()
+    assert [c.tp for c in chosen] == [TP] and chosen[0].max_compaction_delay_ms == 63_000 - 10_000 - 52_000
+    res = mgr.clean(chosen[0])
+    assert res.ok and res.duration_s == 0.0  # the duration is on the same clock, which did not move
+    assert [r[0] for r in parsed_records(lm)] == [2, 3, 4, 5, 6, 7]
+
+
 def test_checkpoint_past_log_end_is_reset_to_log_start(root):
     lm = make(root, segment_bytes=200)
-    for i in range(5):
+    for _ in range(5):
         append(lm, [(1000, b"k", b"v", [])])
     mgr = LogCleanerManager(lm)
     mgr.update_checkpoint(TP, 999)

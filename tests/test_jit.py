@@ -4,7 +4,7 @@ import numba
 import numba.core.caching as caching
 import numpy as np
 
-from storage import jit
+from storage.common import jit
 
 
 def _kernel(a):

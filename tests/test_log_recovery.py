@@ -7,7 +7,8 @@ import time
 import pytest
 from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError
+from storage.index import OffsetIndex
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 
@@ -91,6 +92,27 @@ def test_bad_index_is_rebuilt_equal_to_kafka(root, damage):
         pass
     assert read_file(path(root, base, ".index")) == good
     assert offsets(lm) == list(range(90))
+
+
+def test_an_out_of_order_index_append_is_the_callers_mistake_not_damage(root):
+    """Kafka's InvalidOffsetException: appending an offset no larger than the last entry is refused as
+    InvalidOffsetError, which no rebuild path takes for a damaged index; the index stays as it was."""
+    lm = write(root, index_interval_bytes=150)
+    with lm.open_log(TP, writable=True) as log:
+        seg = log.segments[-1]
+        idx, tidx = seg.offset_index, seg.time_index
+        last, entries, last_time = idx.last_offset, idx.entries, tidx.last_entry
+        for bad in (lambda: idx.append(last, 0), lambda: tidx.maybe_append(last_time.timestamp + 1, last - 1)):
+            with pytest.raises(InvalidOffsetError) as ei:
+                bad()
+            assert isinstance(ei.value, ValueError) and not isinstance(ei.value, CorruptIndexError)
+        assert idx.entries == entries and tidx.last_entry == last_time and not seg.needs_rebuild
+    assert offsets(lm) == list(range(90))
+    full = OffsetIndex(lm.fs, os.path.join(root, "one-entry.index"), 0, max_index_size=8)
+    full.append(0, 0)
+    with pytest.raises(ValueError, match="full index") as ei:
+        full.append(1, 100)
+    assert not isinstance(ei.value, CorruptIndexError)
 
 
 def test_crc_damage_with_valid_batches_after_it_is_reported_never_truncated(root):

@@ -27,9 +27,9 @@ from test_object_log import expected_indexes
 from kafkalog_ds.maintenance import main as maintenance_main
 from kafkalog_ds.maintenance import run_once
 from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE
-from storage.errors import CorruptRecordError, KafkaStorageError
+from storage.errors import CorruptRecordError, KafkaStorageError, MaintenanceLeaseError
 from storage.log_manager import LogManager
-from storage.objects.maintenance_lease import MaintenanceLease, MaintenanceLeaseError
+from storage.objects.maintenance_lease import MaintenanceLease
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.topic_partition import TopicPartition, parse_segment_file
 
@@ -103,7 +103,8 @@ def read_all(log, start=None) -> list[tuple]:
             t.column("offset").to_pylist(),
             t.column("timestamp").cast(pa.int64()).to_pylist(),
             t.column("key").to_pylist(),
-            t.column("value").to_pylist(), strict=False,
+            t.column("value").to_pylist(),
+            strict=False,
         )
     )
 
@@ -252,7 +253,7 @@ def test_retention_and_delete_records_match_the_model(seed):
     ret_bytes = rng.choice([-1, 200, 600])
     lm = manager({"retention.ms": str(ret_ms), "retention.bytes": str(ret_bytes), "segment.bytes": "50"})
     model = []
-    for i in range(rng.randint(1, 8)):
+    for _ in range(rng.randint(1, 8)):
         ts = now - rng.choice([10, 3, 1.5, 0.5]) * 3_600_000
         recs = [(int(ts), b"k", b"v" * 20, [])] * rng.randint(1, 3)
         base = append(lm, recs)
@@ -617,7 +618,8 @@ def test_a_damaged_object_swap_replaces_nothing_and_is_set_aside(damage):
 
 def test_overlapping_swaps_are_reported_and_a_second_swap_rolls_itself_back():
     from storage.cleaner.segment_merger import build_merged
-    from storage.segment_swap import SwapAbortedError, publish_swap, swap_path
+    from storage.errors import SwapAbortedError
+    from storage.segment_swap import publish_swap, swap_path
 
     lm = manager({"retention.ms": "-1"})
     for i in range(5):

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 from kafka_reference import kp_parse
 
+from storage.common.time import MockTime
 from storage.log_manager import LogManager
 from storage.producer_state import ProducerStateManager
 from storage.records.record_batch import CompressionType
@@ -84,6 +85,19 @@ def test_crash_after_all_bytes_before_marking_counts_as_committed(root):
     assert values_by_partition(root, 1)[0] == [f"v{i}".encode() for i in range(30)]
     state = ProducerStateManager(lm.fs, lm.partition_dir(tp))
     assert state.entry(9).committed_batch_id == 0 and state.entry(9).pending is None
+
+
+def test_writer_state_is_stamped_by_its_clock(root):
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    clock = MockTime(1_000)
+    state = ProducerStateManager(lm.fs, lm.partition_dir(TopicPartition("t", 0)), time=clock)
+    state.begin(9, 0, 0, 30)
+    assert state.entry(9).updated_ms == 1_000
+    clock.sleep(500)
+    state.complete(9)
+    assert state.entry(9).updated_ms == 1_500
+    assert ProducerStateManager(lm.fs, lm.partition_dir(TopicPartition("t", 0))).entry(9).updated_ms == 1_500
 
 
 def _writer(root, writer_id, batches, q):

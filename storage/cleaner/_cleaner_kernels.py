@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..common.jit import njit
 from ..records._record_kernels import (
     E_KEY_LENGTH,
     E_OFFSET_DELTA,

@@ -23,18 +23,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvalidConfigError, KafkaStorageError, LogLockedError
+from ..common.constants import INT32_MAX, INT64_MAX
+from ..common.time import SYSTEM_TIME, Time
+from ..errors import CleaningAbortedError, InvalidConfigError, KafkaStorageError, LogLockedError
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
 from ..local_filesystem import LocalFileSystem
 from ..log import Log
 from ..log_loader import LOCK_FILE
-from ..log_segment import INT32_MAX, LogSegment
+from ..log_segment import LogSegment
 from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
 from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
@@ -51,8 +52,6 @@ from .offset_map import (
 from .throttler import UNLIMITED, Throttler
 
 logger = logging.getLogger(__name__)
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -143,10 +142,6 @@ class CleanResult:
         return self.error is None
 
 
-class CleaningAbortedError(KafkaStorageError):
-    """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
-
-
 @dataclass
 class _SourceStats:
     seg: LogSegment
@@ -218,8 +213,11 @@ class _Round:
 class Cleaner:
     """Cleans one log at a time (LogCleanerManager picks which, and keeps the checkpoint)."""
 
-    def __init__(self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None):
+    def __init__(
+        self, config: CleanerConfig | None = None, *, throttler: Throttler | None = None, time: Time = SYSTEM_TIME
+    ):
         self.config = config or CleanerConfig()
+        self.time = time  # now (the delete horizon) when clean() is given no now_ms, and the duration
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self.check = None  # immutable segments: re-checks the maintenance lease before each swap's commit point
         self._scratch = None  # immutable segments: a local temp dir for the outputs being written
@@ -230,8 +228,8 @@ class Cleaner:
         """Compact [log start, mapped end) of `log` (a reader's Log is fine: the partition lock is taken
         around each swap; a writable Log already holds it). Raises on failure; earlier groups may have
         been swapped in by then, which leaves a valid log."""
-        t0 = time.monotonic()
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        t0 = self.time.nanoseconds()
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         res = CleanResult(
             log.tp.topic,
             log.tp.partition,
@@ -255,7 +253,7 @@ class Cleaner:
         )
         end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
-        rnd = _Round(log, omap, end, now, min(LONG_MAX, now + log.config.delete_retention_ms), res, mtimes)
+        rnd = _Round(log, omap, end, now, min(INT64_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
         with self._output_lock(log), _scratch_dir(log) as self._scratch:
             for group in group_segments_by_size(
@@ -264,7 +262,7 @@ class Cleaner:
                 self._clean_group(rnd, group)
         res.end_offset = end
         res.segments_after, res.bytes_after = len(log.segments), log.size
-        res.duration_s = time.monotonic() - t0
+        res.duration_s = (self.time.nanoseconds() - t0) / 1e9
         return res
 
     # ------------------------------------------------------------------ pass 1

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
+from ..common.constants import INT64_MAX
+from ..common.time import SYSTEM_TIME, Time
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
 from ..producer_state import ProducerStateManager
@@ -26,8 +27,6 @@ from .cleaner import Cleaner, CleanerConfig, CleanResult
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
 logger = logging.getLogger(__name__)
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass
@@ -100,7 +99,7 @@ def max_compaction_delay(log: Log, first_dirty_offset: int, now_ms: int) -> int:
     """How far past max.compaction.lag.ms the oldest dirty non-active segment's first batch is (0: not)."""
     stamps = [s.rolling_based_timestamp for s in log.non_active_segments_from(first_dirty_offset)]
     firsts = [t for t in stamps if t is not None and t > 0]
-    earliest = min(firsts) if firsts else LONG_MAX
+    earliest = min(firsts) if firsts else INT64_MAX
     until = now_ms - max(log.config.max_compaction_lag_ms, 0)
     return until - earliest if earliest < until else 0
 
@@ -138,9 +137,11 @@ class LogCleanerManager:
         cleaner: Cleaner | None = None,
         merge_min_age_ms: int = DEFAULT_MERGE_MIN_AGE_MS,
         check=None,
+        time: Time = SYSTEM_TIME,
     ):
         self.lm = lm
-        self.cleaner = cleaner or Cleaner(config)
+        self.time = time  # now, when a run is given no now_ms
+        self.cleaner = cleaner or Cleaner(config, time=time)
         self.cleaner.check = check  # object stores: the maintenance lease, re-checked before each swap
         self.merge_min_age_ms = merge_min_age_ms  # object stores: see segment_swap.settled_bound
         self.checkpoint = OffsetCheckpointFile(lm.fs, lm.fs.join(lm.root, CLEANER_OFFSET_CHECKPOINT_FILE))
@@ -208,7 +209,7 @@ class LogCleanerManager:
     ) -> list[LogToClean]:
         """Cleanable compacted logs, dirtiest first. From a LogManager (default: ours) the logs are
         opened read-only and owned by the result; a list of Logs stays the caller's."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         self.last_errors = {}
         marks = self.checkpoints()
         owned = logs is None or isinstance(logs, LogManager)
@@ -263,7 +264,7 @@ class LogCleanerManager:
 
     def clean_partition(self, tp: TopicPartition, now_ms: int | None = None, *, force: bool = False) -> CleanResult:
         """Clean one partition now; with force even below the dirty ratio (e.g. to drop expired tombstones)."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         try:
             lg = self.lm.open_log(tp)
         except Exception as e:  # noqa: BLE001
@@ -287,7 +288,7 @@ class LogCleanerManager:
 
     def run_once(self, now_ms: int | None = None) -> list[CleanResult]:
         """Clean every cleanable compacted log once, dirtiest first; one result per partition tried."""
-        now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+        now = self.time.milliseconds() if now_ms is None else int(now_ms)
         todo = self.cleanable_logs(now_ms=now)
         results = [
             CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)

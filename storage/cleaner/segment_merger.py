@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import CorruptRecordError
+from ..common.constants import INT32_MAX
+from ..common.time import SYSTEM_TIME
+from ..errors import CleaningAbortedError, CorruptRecordError
 from ..log_loader import LOCK_FILE
-from ..log_segment import INT32_MAX, LogSegment
+from ..log_segment import LogSegment
 from ..objects.immutable_segment import IndexBuilder
 from ..records.record_batch import scan_batches, validate_batches
 from ..segment_swap import (
@@ -38,7 +39,7 @@ from ..topic_partition import (
     SWAP_FILE_SUFFIX,
     segment_file_name,
 )
-from .cleaner import CleaningAbortedError, group_segments_by_size
+from .cleaner import group_segments_by_size
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def merge_small_segments(
     filesystem with locks it is the cleaner's swap: `.cleaned` output, then Log.replace_segments under
     the partition lock, after checking the sources did not change (an opt-in there: appends already
     fill segments up to segment.bytes)."""
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     if not log.immutable:
         return _merge_local(log, lock_timeout)
     res = MergeResult(log.tp.topic, log.tp.partition, segments_before=len([s for s in log.segments if s.size]))

@@ -14,6 +14,7 @@ import logging
 
 import numpy as np
 
+from ..common.constants import INT32_MAX
 from ..errors import ConcurrentAppendError, CorruptRecordError, KafkaStorageError, RecordTooLargeError
 from ..filesystem import LogFileSystem
 from ..index import OffsetIndex, TimeIndex
@@ -28,7 +29,6 @@ from ..records.record_batch import (
 
 log = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 MAX_SEGMENT_OBJECT_BYTES = INT32_MAX  # index positions are int32
 
 

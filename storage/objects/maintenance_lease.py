@@ -21,7 +21,8 @@ import threading
 import time
 import uuid
 
-from ..errors import KafkaStorageError
+from ..common.time import SYSTEM_TIME
+from ..errors import KafkaStorageError, MaintenanceLeaseError
 from ..filesystem import LogFileSystem
 
 LEASE_DIR = "kafkalog-maintenance-lease"
@@ -29,19 +30,17 @@ DEFAULT_LEASE_TTL_MS = 600_000
 MAX_LEASE_BYTES = 4096
 
 
-class MaintenanceLeaseError(KafkaStorageError):
-    """Another maintenance job holds the log dir's lease (or took it over from this one)."""
-
-
-def _now() -> int:
-    return int(time.time() * 1000)
-
-
 class MaintenanceLease:
     """The lease on one log dir. acquire() / renew() / check() / release(); keep_alive() renews in a thread."""
 
     def __init__(
-        self, fs: LogFileSystem, root: str, *, holder: str | None = None, ttl_ms: int = DEFAULT_LEASE_TTL_MS, clock=_now
+        self,
+        fs: LogFileSystem,
+        root: str,
+        *,
+        holder: str | None = None,
+        ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+        clock=SYSTEM_TIME.milliseconds,
     ):
         self.fs, self.root, self.ttl_ms, self.clock = fs, root, int(ttl_ms), clock
         self.dir = fs.join(root, LEASE_DIR)

@@ -12,7 +12,8 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..jit import njit
+from ..common.constants import INT32_MAX
+from ..common.jit import njit
 
 _U7 = np.uint64(7)
 _U0x7F = np.uint64(0x7F)
@@ -160,7 +161,7 @@ def plan_batches(
             batch_bytes = overhead
             b = fixed + varint_size(ts[i] - base) + 1
             size = varint_size(b) + b
-        if overhead + size > max_batch_bytes or b > 0x7FFFFFFF:
+        if overhead + size > max_batch_bytes or b > INT32_MAX:
             return body, sizes, bounds, nb, P_TOO_LARGE, i
         batch_bytes += size
         body[i] = b
@@ -377,7 +378,7 @@ def _offsets(lens, n):
         ln = lens[i]
         if ln > 0:
             total += ln
-            if total > 0x7FFFFFFF:
+            if total > INT32_MAX:
                 return offsets, np.int64(-1)
         offsets[i + 1] = total
     return offsets, total
@@ -394,7 +395,7 @@ def gather_records(src, recs, n, hdrs, m):  # pragma: no cover - jitted
     hvo, hvt = _offsets(hdrs[3], m)
     lo = np.empty(n + 1, np.int32)
     empty = np.empty(0, np.uint8)
-    if kt < 0 or vt < 0 or hkt < 0 or hvt < 0 or m > 0x7FFFFFFF:
+    if kt < 0 or vt < 0 or hkt < 0 or hvt < 0 or m > INT32_MAX:
         return False, ko, empty, vo, empty, hko, empty, hvo, empty, lo
     kd = np.empty(kt, np.uint8)
     vd = np.empty(vt, np.uint8)

@@ -7,13 +7,13 @@ then done once per batch.
 
 from __future__ import annotations
 
-import time
-
 import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..common.constants import INT32_MAX, INT64_MAX
+from ..common.time import SYSTEM_TIME
 from ..errors import InvalidConfigError, InvalidRecordError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import compress_many
@@ -35,7 +35,7 @@ from .record_batch import (
 )
 
 DEFAULT_MAX_BATCH_BYTES = 1048576
-_NO_SPLIT_LIMIT = 2**31 - 1
+_NO_SPLIT_LIMIT = INT32_MAX
 _EMPTY_U8 = np.empty(0, np.uint8)
 _EMPTY_I64 = np.empty(0, np.int64)
 _TS_TO_MS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
@@ -196,7 +196,7 @@ def _encode(
     if is_transactional and producer_id == -1:
         raise InvalidRecordError("transactional batches need a producer id")
     if now_ms is None:
-        now_ms = int(time.time() * 1000)
+        now_ms = SYSTEM_TIME.milliseconds()
     n, ts, (ks, kl, kd), (vs, vl, vd), (hstart, hcount, (hks, hkl, hkd), (hvs, hvl, hvd)) = _prepare(table, now_ms)
     if n == 0:
         return _EMPTY_U8, BatchScan(np.zeros(0, np.int64), np.zeros(0, HEADER_DTYPE), 0, SCAN_OK)
@@ -208,9 +208,9 @@ def _encode(
     if err == K.P_NULL_HEADER_KEY:
         raise InvalidRecordError(f"row {row}: header keys cannot be null")
     if err == K.P_TOO_LARGE:
-        raise RecordTooLargeError(f"row {row}: the record alone exceeds the batch limit of {max_batch_bytes} bytes")
+        raise RecordTooLargeError(f"the record alone exceeds the batch limit of {max_batch_bytes} bytes", row=int(row))
     if err == K.P_BATCH_TOO_LARGE:
-        raise RecordTooLargeError(f"row {row}: the batch would exceed {max_batch_bytes} bytes")
+        raise RecordTooLargeError(f"the batch would exceed {max_batch_bytes} bytes", row=int(row))
     bounds = bounds[: nb + 1]
     cum = np.concatenate(([0], np.cumsum(rec_bytes)))
     area = cum[bounds[1:]] - cum[bounds[:-1]]  # record bytes per batch
@@ -225,9 +225,9 @@ def _encode(
         | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0)
         | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
     )
-    if not 0 <= base_offset <= 2**63 - n:
+    if not 0 <= base_offset <= INT64_MAX + 1 - n:
         raise InvalidRecordError(f"base_offset {base_offset} out of range for {n} records")
-    if not -1 <= base_sequence <= 0x7FFFFFFF:
+    if not -1 <= base_sequence <= INT32_MAX:
         raise InvalidRecordError(f"base_sequence {base_sequence} out of range")
     heads = np.zeros(nb, HEADER_DTYPE)  # all 61-byte headers at once; the CRC is filled in last
     try:

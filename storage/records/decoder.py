@@ -12,6 +12,7 @@ import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
 
+from ..common.constants import INT64_MAX, INT64_MIN
 from ..errors import CorruptRecordError, KafkaLogError, RecordTooLargeError
 from . import _record_kernels as K
 from .compression import decompress_many
@@ -57,12 +58,9 @@ ERROR_MESSAGES = {
     K.E_TRAILING: "bytes left after recordCount records",
 }
 
-_INT64_MIN = np.iinfo(np.int64).min
-_INT64_MAX = np.iinfo(np.int64).max
-
 
 def _clamp(value, default) -> int:
-    return default if value is None else min(max(int(value), _INT64_MIN), _INT64_MAX)
+    return default if value is None else min(max(int(value), INT64_MIN), INT64_MAX)
 
 
 def empty_records() -> pa.RecordBatch:
@@ -181,8 +179,8 @@ def iter_decoded(
     if skip_control:
         sel &= (d.attrs & CONTROL_FLAG_MASK) == 0
     idx = np.flatnonzero(sel)
-    lo = _clamp(min_offset, _INT64_MIN)
-    hi = _INT64_MAX if max_offset is None else _clamp(max_offset, _INT64_MAX) - 1  # the last offset kept
+    lo = _clamp(min_offset, INT64_MIN)
+    hi = INT64_MAX if max_offset is None else _clamp(max_offset, INT64_MAX) - 1  # the last offset kept
     i = 0
     while i < idx.size:
         group, pieces, i, error = d.next_group(idx, i, budget, max_message_bytes)
@@ -335,7 +333,7 @@ class _Batches:
             )
         attrs = self.attrs[group]
         ts_override = np.where(
-            (attrs & TIMESTAMP_TYPE_MASK) != 0, self.h["max_timestamp"][group].astype(np.int64), _INT64_MIN
+            (attrs & TIMESTAMP_TYPE_MASK) != 0, self.h["max_timestamp"][group].astype(np.int64), INT64_MIN
         )
         recs, hdrs, n, m, err, err_pos, err_batch = K.frame_records(
             src,

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import crc32c as _crc32c
 import numpy as np
 
+from ..common.constants import INT32_MAX, INT64_MIN
+from ..common.jit import lazy_kernel
 from ..errors import CorruptRecordError
-from ..jit import lazy_kernel
 
 MAGIC_V2 = 2
 LOG_OVERHEAD = 12  # baseOffset + batchLength: the part of a batch not counted by batchLength
@@ -31,6 +32,7 @@ ATTRIBUTES_OFFSET = 21
 LAST_OFFSET_DELTA_OFFSET = 23
 BASE_TIMESTAMP_OFFSET = 27
 MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43  # producerId int64, producerEpoch int16, baseSequence int32 (inside the CRC)
 RECORDS_COUNT_OFFSET = 57
 
 NO_PRODUCER_ID = -1
@@ -292,7 +294,7 @@ def as_uint8(buf) -> np.ndarray:
 
 
 def scan_batches(
-    buf, start: int = 0, end: int | None = None, *, max_batch_size: int = 2**31 - 1, max_batches: int | None = None
+    buf, start: int = 0, end: int | None = None, *, max_batch_size: int = INT32_MAX, max_batches: int | None = None
 ) -> BatchScan:
     """Find the complete batches in `buf[start:end]` by walking batchLength fields (no CRC check).
 
@@ -365,7 +367,7 @@ def validate_batches(
     base = h["base_offset"].astype(np.int64)
     last = base + deltas
     prev_last = np.concatenate(
-        ([(expected_first_offset - 1) if expected_first_offset is not None else np.iinfo(np.int64).min], last[:-1])
+        ([(expected_first_offset - 1) if expected_first_offset is not None else INT64_MIN], last[:-1])
     )
     bad = np.flatnonzero(base <= prev_last) if check_offsets else np.empty(0, np.int64)
     if bad.size:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..jit import njit
+from ..common.constants import INT32_MAX
+from ..common.jit import njit
 
 _SEED = np.uint64(0x9747B28C)
 _M = np.uint64(0x5BD1E995)
@@ -20,8 +21,6 @@ _S13 = np.uint64(13)
 _S15 = np.uint64(15)
 _S8 = np.uint64(8)
 _S16 = np.uint64(16)
-
-_INT_MAX = 2**31 - 1
 
 
 @njit(nogil=True)
@@ -101,7 +100,7 @@ def _check_num_partitions(num_partitions) -> None:
     if (
         isinstance(num_partitions, bool)
         or not isinstance(num_partitions, (int, np.integer))
-        or not 1 <= int(num_partitions) <= _INT_MAX
+        or not 1 <= int(num_partitions) <= INT32_MAX
     ):
         raise ValueError(f"num_partitions must be an int in [1, 2**31-1], got {num_partitions!r}")
 

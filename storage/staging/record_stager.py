@@ -15,9 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..common.constants import INT64_MAX
 from ..errors import CorruptRecordError, InvalidConfigError
 from ..log import Log, StagedSegment
-from ..log_config import LONG_MAX, LogConfig
+from ..log_config import LogConfig
 from ..log_manager import LogManager
 from ..log_segment import LogSegment, segment_settings
 from ..objects.immutable_segment import immutable_segments
@@ -46,7 +47,7 @@ def staged_name(writer_id: int) -> str:
 def staging_config(config: LogConfig) -> LogConfig:
     """The topic's config for a staging log: no fsync per append (one at the end, if adopted), and
     CreateTime as given when the topic stamps LogAppendTime (the commit stamps it)."""
-    overrides = {**config.overrides, "flush.messages": str(LONG_MAX)}
+    overrides = {**config.overrides, "flush.messages": str(INT64_MAX)}
     if config.message_timestamp_type == "LogAppendTime":
         overrides = {k: v for k, v in overrides.items() if k not in _BOUND_KEYS}
         overrides["message.timestamp.type"] = "CreateTime"
