@@ -84,10 +84,11 @@ class Log:
     ObjectAppender). How segments grow is that protocol's LogAppender, chosen here once: in place
     (storage/log_appender.py) or one object per append (storage/objects/object_appender.py).
 
-    Thread safety: a Log is used by one thread. Any number of reader Logs in other threads and
-    processes may read the same partition while its writer appends: they see whole batches up to
-    the log end offset they loaded, and a segment retention or a swap removes under them is read
-    from its `.deleted` or `.swap` files (LogSegment.open_readers).
+    Thread safety: a Log is not thread-safe (its segments keep open readers); each thread or process
+    uses its own. Any number of reader Logs in other threads and processes may read the same
+    partition while its writer appends: they see whole batches up to the log end offset they
+    loaded, and a segment retention or a swap removes under them is read from its `.deleted` or
+    `.swap` files (LogSegment.open_readers).
     """
 
     def __init__(

@@ -30,7 +30,8 @@ from .topic_partition import (
 
 
 class LogSegments:
-    """A partition's segments in increasing base offset order, at least one (Kafka's LogSegments).
+    """A partition's segments in increasing base offset order (Kafka's LogSegments); at least one
+    between the Log's operations.
 
     The last one is the active segment; base offsets strictly increase, and every segment's offsets
     lie below the next one's base offset. Lookups bisect a parallel list of base offsets."""
