@@ -86,6 +86,16 @@ class AbstractIndex:
     def entries(self) -> int:
         return self._entries
 
+    def load_entries(self, rows: np.ndarray) -> None:
+        """Hold exactly `rows`, as if read from a file of those bytes, with no I/O: the indexes of a
+        segment object, built whole in memory (storage/objects/immutable_segment.py)."""
+        self._cache = rows
+        self._loaded_from = 0
+        self._n = self._flushed = len(rows)
+        self._settled = True
+        self.file_size = rows.nbytes
+        self._pending = bytearray()
+
     def _read_slots(self, start: int, end: int) -> np.ndarray:
         """Entries [start, end) straight from the file (one range read)."""
         if self._reader is None:

@@ -3,7 +3,6 @@ find offsets by timestamp, truncate, and move logStartOffset (Kafka's UnifiedLog
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 from collections.abc import Iterator
@@ -15,12 +14,12 @@ import numpy as np
 if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process that only appends
     import pyarrow
 
-from .common.constants import INT32_MAX
 from .common.time import SYSTEM_TIME
-from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
+from .errors import CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
 from .filesystem import LogFileSystem
+from .log_appender import InPlaceAppender, LogAppender, LogSegments
 from .log_config import LogConfig
-from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
+from .log_segment import BatchChunk, LogSegment, segment_settings
 from .log_validator import (
     assign_offsets,
     check_built,
@@ -29,17 +28,11 @@ from .log_validator import (
     stamp_log_append_time,
     validate_input,
 )
-from .objects.immutable_segment import create_segment_object, immutable_segments
+from .objects.immutable_segment import immutable_segments
+from .objects.object_appender import ObjectAppender
 from .objects.segment_metadata import largest_timestamp
-from .producer_state import read_hint
 from .records.record_batch import BatchScan
-from .topic_partition import (
-    INDEX_FILE_SUFFIX,
-    LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
-    TopicPartition,
-    segment_file_name,
-)
+from .topic_partition import DELETED_FILE_SUFFIX, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +65,27 @@ class LogAppendInfo:
 
 
 class Log:
-    """A partition's log. Readers share it freely; only a writable Log (holding the partition lock) appends."""
+    """A partition's log: its segments in base offset order, the offsets around them (logStartOffset,
+    recovery point, log end offset), appends with offset assignment and rolling, reads by offset and
+    by timestamp, truncation.
+
+    Invariants: there is always at least one segment; base offsets strictly increase; the last
+    segment is the active one, the only one appended to, and every other one is rolled; the log end
+    offset is the offset after the last batch of the active segment (or its base offset, empty);
+    logStartOffset <= recovery point <= log end offset for a writer.
+
+    One writer per partition: only a writable Log appends, truncates or deletes segments, and it is
+    made so by the LogLoader, which holds the partition's lock file for it (on an object store with
+    no locks, the create-only write of every segment object keeps writers apart instead; see
+    ObjectAppender). How segments grow is that protocol's LogAppender, chosen here once: in place
+    (storage/log_appender.py) or one object per append (storage/objects/object_appender.py).
+
+    Thread safety: a Log is not thread-safe (its segments keep open readers); each thread or process
+    uses its own. Any number of reader Logs in other threads and processes may read the same
+    partition while its writer appends: they see whole batches up to the log end offset they
+    loaded, and a segment retention or a swap removes under them is read from its `.deleted` or
+    `.swap` files (LogSegment.open_readers).
+    """
 
     def __init__(
         self,
@@ -88,52 +101,89 @@ class Log:
         writable: bool,
         lock: contextlib.ExitStack | None = None,
         on_close=None,
+        tail_error: Exception | None = None,
+        dir_changed: bool = True,
+        track_batches: bool = False,
+        bulk_writes: bool = False,
     ):
+        """tail_error: a reader's, when the last segment ends in a damaged batch (LogSegment.scan_tail);
+        dir_changed: directory entries changed since it was last fsynced (the next flush syncs it);
+        track_batches, bulk_writes: a staging log's writer modes (InPlaceAppender)."""
         self.fs = fs
         self.dir = dir
         self.tp = tp
         self.config = config
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        # no append or no locks: every append is one new segment object made with a create-only write
-        self.immutable = immutable_segments(fs)
-        for seg in segments[:-1]:
-            seg.rolled = True
-        if self.immutable and segments and segments[-1].size:  # a segment object is complete, indexes too
-            segments[-1].rolled = True
+        self._segments = LogSegments(segments)
+        self._appender: LogAppender
+        if immutable_segments(fs):  # no append or no locks: every append is one new segment object
+            self._appender = ObjectAppender(fs, dir, tp, config, self._segments)
+        else:
+            self._appender = InPlaceAppender(
+                fs,
+                dir,
+                tp,
+                config,
+                self._segments,
+                dir_changed=dir_changed,
+                track_batches=track_batches,
+                bulk_writes=bulk_writes,
+            )
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self._next_offset = next_offset
         self.writable = writable
         self._lock = lock
         self._on_close = on_close  # LogManager records the checkpoints when a writer closes
-        self.producer_state = None  # a writer's ProducerStateManager, set by the loader
-        self.track_batches = False  # a staging log records batch positions for adopt_segments
-        self.bulk_writes = False  # ... and writes its segments past the OS cache (LogSegment.bulk_writes)
-        self._segment_metadata: dict | None = None  # an immutable log's hint entries (segment_metadata.py)
-        self._lost_race = False  # an immutable append lost its segment name: this Log's view is stale
-        self.tail_error = None  # a reader's: the last segment ends in a damaged batch (LogSegment.scan_tail)
+        self._producer_state = None  # a writer's ProducerStateManager (attach_producer_state)
+        self._tail_error = tail_error
         self._opened_log_start = log_start_offset
         self._unflushed_messages = 0
         self._last_flush_ms = SYSTEM_TIME.milliseconds()
-        self.dir_changed = True  # entries made, renamed or removed since the directory was last fsynced
         self.closed = False
+
+    def attach_producer_state(self, producer_state) -> None:
+        """Give a writer its ProducerStateManager (made by the loader from this Log)."""
+        self._producer_state = producer_state
+
+    def call_on_close(self, callback) -> None:
+        """Have `callback(log)` run when this writer closes (LogManager records the checkpoints)."""
+        self._on_close = callback
+
+    def record_checkpoints(self) -> None:
+        """Run the close callback now, if there is one (object-store retention checkpoints the new log
+        start offset before deleting anything)."""
+        if self._on_close is not None:
+            self._on_close(self)
 
     # ------------------------------------------------------------------ state
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return self._segments.to_list()
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.last
+
+    @property
+    def immutable(self) -> bool:
+        """Whether segments are whole objects made by one create-only write each (ObjectAppender)."""
+        return self._appender.immutable
+
+    @property
+    def producer_state(self):
+        return self._producer_state
+
+    @property
+    def tail_error(self) -> Exception | None:
+        """A reader's: the last segment ends in a damaged batch (LogSegment.scan_tail); None otherwise."""
+        return self._tail_error
 
     @property
     def log_end_offset(self) -> int:
         """The offset after the last valid batch. A reader whose last segment ends in a damaged batch
         raises that error instead: the true log end is unknown."""
-        if self.tail_error is not None:
-            raise self.tail_error
+        if self._tail_error is not None:
+            raise self._tail_error
         return self._next_offset
 
     @property
@@ -142,8 +192,7 @@ class Log:
 
     def segment_for(self, offset: int) -> LogSegment | None:
         """The segment with the largest base offset <= offset (Kafka's floorEntry)."""
-        i = bisect.bisect_right(self._bases, offset) - 1
-        return self._segments[i] if i >= 0 else None
+        return self._segments.floor(offset)
 
     def segment_kwargs(self) -> dict:
         return segment_settings(self.config)
@@ -162,7 +211,7 @@ class Log:
     def _require_writable(self) -> None:
         if not self.writable or self.closed:
             raise KafkaStorageError(f"{self.tp.topic}-{self.tp.partition} is not open for writing")
-        if self._lost_race:
+        if self._appender.lost_race:
             raise KafkaStorageError(
                 f"{self.tp.topic}-{self.tp.partition}: another writer appended since this log "
                 f"was opened (ConcurrentAppendError); reopen it to append"
@@ -202,10 +251,7 @@ class Log:
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = now
             scan = stamp_log_append_time(buf, scan, now, self.max_batch_size)
-        if self.immutable:
-            self._append_object(buf, scan)
-        else:
-            self._append_runs(buf, scan, now)
+        self._appender.append(buf, scan, next_offset=self._next_offset, now=now, producer_state=self._producer_state)
         last_offsets = scan.last_offsets
         max_ts = scan.headers["max_timestamp"].astype(np.int64)
         j = int(np.argmax(max_ts))
@@ -224,132 +270,11 @@ class Log:
             append_time,
         )
 
-    def _append_runs(self, buf: bytearray, scan: BatchScan, now: int) -> None:
-        """Group consecutive batches per segment, rolling where Kafka's shouldRoll would, and append each group.
-
-        The roll checks run per batch (a Python loop over batches, not records), simulating the index
-        interval rule so that "index full" is decided exactly as Kafka decides it.
-        """
-        sizes = scan.sizes
-        last = scan.last_offsets
-        max_ts = scan.headers["max_timestamp"].astype(np.int64)
-        bases = scan.headers["base_offset"].astype(np.int64)
-        cfg = self.config
-        chunk = BatchChunk(memoryview(buf), scan, 0, "append")  # slices below are views, not copies
-        seg = self.active_segment
-        start = pending = planned = 0
-        since = seg._load_index_state().bytes_since_last_entry
-        for i in range(len(scan)):  # per batch, not per record
-            size_now = seg.size + pending
-            first_ts = seg.rolling_based_timestamp if seg.size else (int(max_ts[start]) if pending else None)
-            if first_ts is not None and first_ts >= 0:
-                waited = int(max_ts[i]) - first_ts
-            else:
-                waited = now - seg.created_ms
-            roll = (
-                size_now > cfg.segment_bytes - int(sizes[i])
-                or (size_now > 0 and waited > cfg.max_segment_ms)
-                or seg.offset_index.entries + planned >= seg.offset_index.max_entries
-                or seg.time_index.entries + planned >= seg.time_index.max_entries - 1
-                or int(last[i]) - seg.base_offset > INT32_MAX
-            )
-            if roll and size_now > 0:
-                if i > start:
-                    part = select_batches(chunk, start, i)
-                    seg.append(part.buf, part.scan)
-                seg = self.roll(int(bases[i]))
-                start, pending, planned, since = i, 0, 0, 0
-            if since > cfg.index_interval_bytes:
-                planned += 1
-                since = 0
-            since += int(sizes[i])
-            pending += int(sizes[i])
-        part = select_batches(chunk, start, len(scan))
-        seg.append(part.buf, part.scan)
-
-    def _append_object(self, buf: bytearray, scan: BatchScan) -> None:
-        """Immutable segments: the whole append becomes one segment object at the log end offset
-        (see storage/objects/immutable_segment.py). A lost create leaves this Log unable to append."""
-        try:
-            seg = create_segment_object(
-                self.fs,
-                self.dir,
-                self.tp,
-                self._next_offset,
-                buf,
-                scan,
-                self.config.index_interval_bytes,
-                self.segment_kwargs(),
-            )
-        except ConcurrentAppendError:
-            self._lost_race = True
-            raise
-        if self._segments and self._segments[-1].size == 0:  # the empty (never written) active segment
-            self._segments.pop()
-            self._bases.pop()
-        if self._segments:
-            self._segments[-1].rolled = True
-        seg.rolled = True
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
-        if self.producer_state is not None:
-            self.producer_state.appended(seg, scan)
-
     def roll(self, new_base_offset: int | None = None) -> LogSegment:
-        """Close the active segment to appends and start a new one at the next offset.
-
-        Immutable segments: the new segment is empty and exists only in memory until an append
-        creates it."""
+        """Close the active segment to appends and start a new one at the next offset (on an object
+        store the new segment is empty and exists only in memory until an append creates it)."""
         self._require_writable()
-        base = self._next_offset if new_base_offset is None else new_base_offset
-        active = self.active_segment
-        if active.size == 0 and active.base_offset == base:
-            return active
-        if self.immutable:
-            if active.size == 0:
-                self._segments.pop()
-                self._bases.pop()
-            else:
-                active.rolled = True
-            if self._bases and base <= self._bases[-1]:
-                raise KafkaStorageError(
-                    f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
-                    f"segment {self._bases[-1]} exists"
-                )
-            seg = LogSegment(
-                self.fs, self.dir, base, log_size=0, index_size=0, time_index_size=0, **self.segment_kwargs()
-            )
-            self._segments.append(seg)
-            self._bases.append(base)
-            return seg
-        self._retire_active_segment()
-        if self._bases and base <= self._bases[-1]:
-            raise KafkaStorageError(
-                f"cannot roll {self.tp.topic}-{self.tp.partition} to base offset {base}: "
-                f"segment {self._bases[-1]} exists"
-            )
-        seg = LogSegment.create(self.fs, self.dir, base, **self.segment_kwargs())
-        self.dir_changed = True
-        if self.track_batches:
-            seg.appended = []
-        seg.bulk_writes = self.bulk_writes
-        self._segments.append(seg)
-        self._bases.append(base)
-        return seg
-
-    def _retire_active_segment(self) -> None:
-        """Before a new segment: an empty active segment goes (Kafka deletes and recreates it), a
-        non-empty one rolls (final time index entry, trimmed indexes)."""
-        active = self.active_segment
-        if active.size == 0:
-            active.delete()
-            self.dir_changed = True
-            self._segments.pop()
-            self._bases.pop()
-        else:
-            active.on_become_inactive()
-            active.close()
-            active.rolled = True
+        return self._appender.roll(self._next_offset if new_base_offset is None else new_base_offset)
 
     def adopt_segments(self, staged: list[StagedSegment]) -> LogAppendInfo:
         """Append whole segments a staging Log wrote (offsets from 0, indexes built): roll, patch each
@@ -357,45 +282,10 @@ class Log:
         few renames; index entries are relative to the segment base, so they move unchanged.
         The caller made the staged bytes durable; the patched headers and the directory are synced here."""
         self._require_writable()
-        if self.immutable:
-            raise KafkaStorageError(
-                f"{self.tp.topic}-{self.tp.partition}: cannot adopt staged segments on this "
-                f"filesystem (it needs append, locks and atomic rename); append their bytes"
-            )
+        first = self._next_offset
+        self._appender.adopt_segments(staged, first)
         if not staged:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
-        first = self._next_offset
-        expected = 0
-        for s in staged:
-            if s.base_offset != expected or s.next_offset <= s.base_offset:
-                raise KafkaStorageError(
-                    f"staged segments in {self.fs.url(s.dir)} are not contiguous at "
-                    f"offset {s.base_offset} (expected {expected}); nothing was appended"
-                )
-            expected = s.next_offset
-            src = self.fs.join(s.dir, segment_file_name(s.base_offset, LOG_FILE_SUFFIX))
-            if self.fs.size(src) != s.size:
-                raise KafkaStorageError(
-                    f"staged segment {self.fs.url(src)} holds {self.fs.size(src)} bytes, its "
-                    f"commit message says {s.size}; nothing was appended"
-                )
-        self._retire_active_segment()
-        for s in staged:
-            base = first + s.base_offset
-            names = [
-                (segment_file_name(s.base_offset, sfx), segment_file_name(base, sfx))
-                for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
-            ]
-            src_log = self.fs.join(s.dir, names[0][0])
-            self.fs.write_at(src_log, s.positions, (s.base_offsets + first).astype(">i8").tobytes(), durable=True)
-            for src, dst in names:  # the .log first: a crash leaves at most indexes to rebuild
-                self.fs.rename(self.fs.join(s.dir, src), self.fs.join(self.dir, dst))
-            self.dir_changed = True
-            seg = LogSegment(self.fs, self.dir, base, log_size=s.size, **self.segment_kwargs())
-            if self._segments:
-                self._segments[-1].rolled = True
-            self._segments.append(seg)
-            self._bases.append(base)
         self._next_offset = first + staged[-1].next_offset
         self.flush()
         max_ts = [s.max_timestamp for s in staged]
@@ -426,12 +316,7 @@ class Log:
         """fsync the log and index bytes of every segment with unflushed data, then the directory."""
         if not self.writable:
             return
-        if not self.immutable:  # immutable segments are whole and durable once created
-            for seg in self._segments[-2:]:
-                seg.flush(fsync=True)  # each file only if it changed since its last fsync
-            if self.fs.capabilities.fsync and self.dir_changed:
-                self.fs.sync_dir(self.dir)
-                self.dir_changed = False
+        self._appender.flush()
         self.recovery_point = self._next_offset
         self._unflushed_messages = 0
         self._last_flush_ms = SYSTEM_TIME.milliseconds()
@@ -439,21 +324,28 @@ class Log:
     def close(self) -> None:
         if self.closed:
             return
-        if self.writable and not self.immutable:
-            self.active_segment.close(final_time_entry=True)
         if self.writable:
+            self._appender.close()
             self.flush()
         for seg in self._segments:
             seg.close()
         self.closed = True
-        # immutable segments need no recovery, so the recovery point is not worth a checkpoint write;
-        # the log start offset still is, when it moved
-        record = not self.immutable or self.log_start_offset != self._opened_log_start
+        # without recovery the recovery point is not worth a checkpoint write; the log start offset
+        # still is, when it moved
+        record = self._appender.needs_recovery_point or self.log_start_offset != self._opened_log_start
         try:
-            if self.writable and record and not self._lost_race and self._on_close is not None:
-                self._on_close(self)
+            if self.writable and record and not self._appender.lost_race:
+                self.record_checkpoints()
         finally:
             self._release_lock()
+
+    def release(self, *, fsync: bool) -> None:
+        """Close every segment's files and the Log, without close()'s final time index entry, flush
+        and checkpoints: a staging log handed over as it is (adopted, copied or dropped)."""
+        for seg in self._segments:
+            seg.close(fsync=fsync)
+        self.closed = True
+        self._release_lock()
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -480,21 +372,20 @@ class Log:
         end = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
         if start_offset >= end:
             return
-        i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
+        i = max(0, self._segments.floor_index(start_offset))
         offset = start_offset
         for k in range(i, len(self._segments)):
             seg = self._segments[k]
             if seg.base_offset >= end:
                 break
-            upper = self._bases[k + 1] if k + 1 < len(self._segments) else None
+            upper = self._segments[k + 1].base_offset if k + 1 < len(self._segments) else None
             try:
-                for chunk in seg.read_batches(max(offset, seg.base_offset), end, upper=upper):
-                    yield chunk
+                yield from seg.read_batches(max(offset, seg.base_offset), end, upper=upper)
             finally:
-                if seg is not self._segments[-1]:
+                if seg is not self._segments.last:
                     seg.release_readers()  # one segment's files open at a time
-        if self.tail_error is not None and (max_offset is None or max_offset > self._next_offset):
-            raise self.tail_error  # everything before the damage was served; the damage is not skipped
+        if self._tail_error is not None and (max_offset is None or max_offset > self._next_offset):
+            raise self._tail_error  # everything before the damage was served; the damage is not skipped
 
     def read_records(
         self, start_offset: int, max_offset: int | None = None, *, skip_control: bool = True
@@ -540,7 +431,7 @@ class Log:
                     continue
                 found = seg.find_offset_by_timestamp(timestamp, max(start, seg.base_offset), decode)
             finally:
-                if seg is not self._segments[-1]:
+                if seg is not self._segments.last:
                     seg.release_readers()
             if found is not None:
                 return found
@@ -549,14 +440,7 @@ class Log:
     def segment_metadata(self) -> dict:
         """Base offset -> SegmentMetadata from the partition's hint object (immutable logs; read once
         per Log); {} elsewhere or when there is none."""
-        if not self.immutable:
-            return {}
-        if self.producer_state is not None:  # a writer's, kept up to date by its appends
-            return self.producer_state.segments
-        if self._segment_metadata is None:
-            hint = read_hint(self.fs, self.dir)
-            self._segment_metadata = hint.segments if hint is not None else {}
-        return self._segment_metadata
+        return self._appender.segment_metadata(self._producer_state)
 
     def split_points(self, start: int, end: int) -> list[int]:
         """Offsets in (start, end) where a reader may split the range without sharing a batch:
@@ -565,7 +449,7 @@ class Log:
         for i, seg in enumerate(self._segments):
             if seg.base_offset >= end:
                 break
-            if i + 1 < len(self._segments) and self._bases[i + 1] <= start:
+            if i + 1 < len(self._segments) and self._segments[i + 1].base_offset <= start:
                 continue  # wholly before the range
             if seg.base_offset > start:
                 points.append(seg.base_offset)
@@ -574,7 +458,7 @@ class Log:
             except CorruptIndexError:  # an unreadable index only costs split points
                 continue
             finally:
-                if seg is not self._segments[-1]:
+                if seg is not self._segments.last:
                     seg.release_readers()
             offs = seg.base_offset + entries["relative_offset"].astype(np.int64) + 1
             points.extend(offs[(offs > start) & (offs < end)].tolist())
@@ -591,11 +475,8 @@ class Log:
                 f"cannot truncate {self.tp.topic}-{self.tp.partition} to {offset}, "
                 f"below the log start offset {self.log_start_offset}"
             )
-        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-            seg = self._segments.pop()
-            self._bases.pop()
-            seg.delete()
-            self.dir_changed = True
+        while len(self._segments) > 1 and self._segments.last.base_offset >= offset:
+            self._appender.delete_segment(self._segments.remove_last())
         self.active_segment.truncate_to(offset)
         self._next_offset = offset
         self.recovery_point = min(self.recovery_point, offset)
@@ -619,17 +500,13 @@ class Log:
         """Drop the `count` oldest segments (Kafka's deleteSegments): when that is every segment, roll first so
         one remains; remove them from the live list, rename their files to `.deleted` (touched, so
         file.delete.delay.ms counts from now) and advance logStartOffset to the new first segment."""
-        from .topic_partition import DELETED_FILE_SUFFIX
-
         self._require_writable()
         if count <= 0:
             return []
         if count >= len(self._segments):
             self.roll()  # an empty active segment at the log end stays as it is (Kafka's isLastSegmentAndEmpty)
         count = min(count, len(self._segments) - 1)
-        doomed = self._segments[:count]
-        del self._segments[:count]
-        del self._bases[:count]
+        doomed = self._segments.remove_first(count)
         for seg in doomed:
             seg.change_file_suffixes("", DELETED_FILE_SUFFIX)
             for path in seg.files():
@@ -637,7 +514,7 @@ class Log:
                     self.fs.touch(path)  # a rename keeps the old mtime; the delay counts from the deletion
         if doomed and self.fs.capabilities.fsync:
             self.fs.sync_dir(self.dir)
-        self.log_start_offset = max(self.log_start_offset, self._bases[0])
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         return doomed
 
@@ -645,11 +522,7 @@ class Log:
     def segments_in_range(self, start: int, end: int) -> list[LogSegment]:
         """Segments that may hold offsets in [start, end) (Kafka's logSegments(from, to)): the one
         holding `start` (its floor) and every later one whose base offset is below `end`."""
-        if end <= start:
-            return []
-        lo = max(0, bisect.bisect_right(self._bases, start) - 1)
-        hi = bisect.bisect_left(self._bases, end)
-        return self._segments[lo:hi]
+        return self._segments.in_range(start, end)
 
     def non_active_segments_from(self, offset: int) -> list[LogSegment]:
         """Kafka's nonActiveLogSegmentsFrom: segments from the one holding `offset` up to the active one."""
@@ -658,9 +531,18 @@ class Log:
     def swap_in_memory(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
         """Put swapped-in segments in place of the ones they replace in the segment list, once the
         files (or objects) already say so: the last step of every swap (storage/segment_swap.py)."""
-        old_ids = {id(s) for s in old_segments}
         for seg in new_segments:
-            seg.rolled = True
-        kept = [s for s in self._segments if id(s) not in old_ids]
-        self._segments = sorted(kept + list(new_segments), key=lambda s: s.base_offset)
-        self._bases = [s.base_offset for s in self._segments]
+            seg.mark_rolled()
+        self._segments.replace(new_segments, old_segments)
+
+    def remove_segments(self, segments: list[LogSegment]) -> None:
+        """Take segments whose objects retention deleted out of the segment list (object stores)."""
+        self._segments.remove(segments)
+
+    def advance_log_start_offset(self, new_start: int) -> None:
+        """Move logStartOffset, and the recovery point with it, up to `new_start` without the partition
+        lock: retention on object stores, where every holder of the Log may run it (see
+        log_retention.delete_old_segment_objects)."""
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            self.recovery_point = max(self.recovery_point, new_start)

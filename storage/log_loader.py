@@ -172,11 +172,11 @@ class LogLoader:
                 next_offset=next_offset,
                 writable=self.writable,
                 lock=lock,
+                tail_error=tail_error,
+                dir_changed=self.dir_changed,
             )
-            log.tail_error = tail_error
-            log.dir_changed = self.dir_changed
             if self.writable:
-                log.producer_state = producer_state_for(log)
+                log.attach_producer_state(producer_state_for(log))
                 self.report.resolved_commits = log.producer_state.resolve_pending(log)
             return log
         except BaseException:
@@ -327,7 +327,8 @@ class LogLoader:
                 time_index_size=tidx or 0,
                 **self._kwargs(),
             )
-            seg.needs_rebuild = idx is None or tidx is None
+            if idx is None or tidx is None:
+                seg.mark_needs_rebuild()
             # readers fall back to a scan on a bad index instead; so do immutable logs, where checking
             # every segment's index would cost a request each (their indexes are written whole)
             if not seg.needs_rebuild and self.writable and not immutable:
@@ -336,7 +337,7 @@ class LogLoader:
                     seg.time_index.sanity_check()
                 except CorruptIndexError as e:
                     log.warning("%s; rebuilding the indexes of %s", e, seg.source)
-                    seg.needs_rebuild = True
+                    seg.mark_needs_rebuild()
             segments.append(seg)
         return segments
 
@@ -363,7 +364,7 @@ class LogLoader:
                 log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)],
                 **self._kwargs(),
             )
-            seg.needs_rebuild = True  # no index: reads scan this segment
+            seg.mark_needs_rebuild()  # no index: reads scan this segment
             view[b] = seg
             ranges.append((b, last + 1))
         for b, error in plan.damaged:
@@ -383,7 +384,7 @@ class LogLoader:
                 log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
                 **self._kwargs(),
             )
-            seg.needs_rebuild = True
+            seg.mark_needs_rebuild()
             view[b] = seg
         return view, ranges
 
@@ -441,16 +442,15 @@ class LogLoader:
             is_last = i + 1 == len(segments)
             nxt = None if is_last else segments[i + 1].base_offset
             if seg.needs_rebuild or seg.base_offset >= rp:
-                result = seg.recover(tail_ok=is_last, upper=nxt)
                 (self.report.rebuilt_indexes if seg.needs_rebuild else self.report.recovered_segments).append(
                     seg.base_offset
                 )
+                result = seg.recover(tail_ok=is_last, upper=nxt)  # rebuilds the indexes too
             elif nxt is None or nxt > rp:
                 result = seg.recover_from(rp, tail_ok=is_last, upper=nxt)
                 self.report.recovered_segments.append(seg.base_offset)
             else:
                 continue
-            seg.needs_rebuild = False
             if result.truncated_bytes:
                 log.warning(
                     "truncated %d bytes of %s at position %d: %s",

@@ -446,7 +446,7 @@ class LogManager:
             create_dir=False,
         ).load()
         if writable:
-            log._on_close = self._record_checkpoints
+            log.call_on_close(self._record_checkpoints)
         return log
 
     def checkpointed_log_start(self, tp: TopicPartition) -> int | None:

@@ -133,7 +133,7 @@ def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResu
     Immutable segments (object stores) go through delete_old_segment_objects, checkpoint first."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     if log.immutable:
-        return delete_old_segment_objects(log, log._on_close or (lambda lg: None), now_ms=now)
+        return delete_old_segment_objects(log, Log.record_checkpoints, now_ms=now)
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
     for reason, make in _passes(log.config, now):
         segs = log.segments
@@ -174,13 +174,10 @@ def delete_old_segment_objects(
     doomed = objects[: min(k, len(objects) - 1)]
     result.rolled = bool(objects) and k == len(objects)
     if new_start > log.log_start_offset:
-        log.log_start_offset = new_start
-        log.recovery_point = max(log.recovery_point, new_start)
+        log.advance_log_start_offset(new_start)
         record_log_start(log)  # before any object goes: a crash leaves segments below it, deleted next time
     delete_segment_objects(log.fs, log.dir, doomed, orphans_below=log.log_start_offset)
-    gone = {id(s) for s in doomed}
-    log._segments = [s for s in log._segments if id(s) not in gone]
-    log._bases = [s.base_offset for s in log._segments]
+    log.remove_segments(doomed)
     for base, reason in plan:
         if any(s.base_offset == base for s in doomed):
             result.reasons[reason] = result.reasons.get(reason, 0) + 1

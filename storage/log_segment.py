@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,13 +38,25 @@ from .topic_partition import (
 
 log = logging.getLogger(__name__)
 
+# Index entries hold an offset relative to the segment's base offset as an int32, so no batch in a
+# segment may reach base offset + this (Kafka's LogSegment.canConvertToRelativeOffset).
+
+
+def random_segment_jitter(config) -> int:
+    """A segment's roll jitter: uniform in [0, min(segment.jitter.ms, segment.ms)), 0 without jitter
+    (Kafka's LogConfig.randomSegmentJitter)."""
+    if config.segment_jitter_ms <= 0:
+        return 0
+    return random.randrange(max(1, min(config.segment_jitter_ms, config.segment_ms)))
+
 
 def segment_settings(config) -> dict:
-    """The LogSegment arguments a topic's LogConfig decides."""
+    """The LogSegment arguments a topic's LogConfig decides (the roll jitter is drawn per call)."""
     return dict(
         index_interval_bytes=config.index_interval_bytes,
         max_index_size=config.segment_index_bytes,
         max_batch_size=config.max_message_bytes,
+        roll_jitter_ms=random_segment_jitter(config),
     )
 
 
@@ -54,7 +68,20 @@ class RecoveryResult:
 
 
 class LogSegment:
-    """Append and read one segment; recover it; roll it. All I/O goes through the filesystem seam."""
+    """One segment of a partition's log: the batches with offsets in [base offset, next segment's base
+    offset), in three files named by the base offset as 20 digits: `.log` (the batches, back to
+    back), `.index` (OffsetIndex: relative offset -> position, every index.interval.bytes) and
+    `.timeindex` (TimeIndex: max timestamp so far -> relative offset). A suffix (`.cleaned`, `.swap`,
+    `.deleted`) marks the files of a segment being written by the cleaner, swapped in, or deleted.
+
+    Invariants: every batch's offsets fit an int32 relative to the base offset; batches are in offset
+    order with no overlap; index entries point at the start of the batch whose last offset they name
+    and only ever grow. A segment is appended to only while it is its Log's active segment, by that
+    Log's single writer (the partition lock, or a create-only write of the whole segment on object
+    stores); once rolled it never changes again, except by a truncation or a swap under the same
+    writer. Readers may read a segment while the writer appends: they see a prefix of whole batches,
+    up to the size they read. All I/O goes through the filesystem seam.
+    """
 
     def __init__(
         self,
@@ -70,7 +97,12 @@ class LogSegment:
         time_index_size: int | None = None,
         file_suffix: str = "",
         created_ms: int | None = None,
+        roll_jitter_ms: int = 0,
+        track_batches: bool = False,
+        bulk_writes: bool = False,
     ):
+        """track_batches: record (positions, base offsets) of appended batches in `appended` (a staging
+        segment, adopted whole later); bulk_writes: big appends may bypass the OS cache (write-once)."""
         self.fs = fs
         self.dir = dir
         self.base_offset = base_offset
@@ -89,13 +121,16 @@ class LogSegment:
             log_size = fs.size(self.log_path) if fs.exists(self.log_path) else 0
         self._size = log_size
         self._appender: Appender | None = None
-        self._index_state: IndexState | None = None  # loaded lazily: needs a tail scan
+        # loaded lazily (it needs a tail scan), but known at once for empty files
+        empty = log_size == self.offset_index.file_size == self.time_index.file_size == 0
+        self._index_state: IndexState | None = IndexState() if empty else None
         self._rolling_based_timestamp: int | None = None
         self.created_ms = SYSTEM_TIME.milliseconds() if created_ms is None else created_ms
-        self.needs_rebuild = False  # set by the loader when an index is missing or fails its sanity check
-        self.rolled = False  # no longer the active segment: set by the Log
-        self.appended: list | None = None  # (positions, base offsets) of appended batches, when tracked
-        self.bulk_writes = False  # a write-once staging segment: big appends may bypass the OS cache
+        self.roll_jitter_ms = roll_jitter_ms
+        self._needs_rebuild = False  # an index is missing or failed a check: reads scan, a writer rebuilds
+        self._rolled = False  # no longer the active segment (mark_rolled)
+        self.appended: list | None = [] if track_batches else None  # (positions, base offsets) per append
+        self.bulk_writes = bulk_writes
         self._reader = None  # FileReader of the .log, opened with the indexes' on first read
 
     @classmethod
@@ -103,7 +138,6 @@ class LogSegment:
         seg = cls(fs, dir, base_offset, log_size=0, index_size=0, time_index_size=0, **kwargs)
         for path in (seg.log_path, seg.offset_index.path, seg.time_index.path):
             fs.write_atomic(path, b"", durable=False)
-        seg._index_state = IndexState()
         return seg
 
     def __repr__(self) -> str:
@@ -112,6 +146,23 @@ class LogSegment:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def rolled(self) -> bool:
+        """No longer the active segment: nothing is appended to it again."""
+        return self._rolled
+
+    def mark_rolled(self) -> None:
+        self._rolled = True
+
+    @property
+    def needs_rebuild(self) -> bool:
+        """Whether an index is missing or untrusted: reads scan from the start, a writer rebuilds both."""
+        return self._needs_rebuild
+
+    def mark_needs_rebuild(self) -> None:
+        """Stop trusting the indexes (missing, or failing a check); a rebuild or recovery clears it."""
+        self._needs_rebuild = True
 
     @property
     def source(self) -> str:
@@ -212,7 +263,7 @@ class LogSegment:
                 why,
                 self.source,
             )
-        self.needs_rebuild = True
+        self.mark_needs_rebuild()
 
     def checked_chunks(
         self, start_offset: int, *, upper: int | None = None, first_chunk: int = FIRST_CHUNK_BYTES
@@ -393,6 +444,29 @@ class LogSegment:
             self._index_state = self._index_state_at(self._size)
         return self._index_state
 
+    def index_state(self) -> IndexState:
+        """A copy of the index planner's state at the segment end (what the next append's entries
+        depend on), for a caller that plans entries ahead of appending them."""
+        return dataclasses.replace(self._load_index_state())
+
+    def install_indexes(
+        self,
+        offset_rows: np.ndarray,
+        time_rows: np.ndarray,
+        state: IndexState | None = None,
+        *,
+        first_max_timestamp: int | None = None,
+    ) -> None:
+        """Take index entries built whole in memory (a segment object's, or a rebuilt one's) as both
+        indexes, with the planner state they end in (None: worked out when needed) and the first
+        batch's max timestamp when known; the indexes are trusted from now on."""
+        self.offset_index.load_entries(offset_rows)
+        self.time_index.load_entries(time_rows)
+        self._index_state = state
+        if first_max_timestamp is not None:
+            self._rolling_based_timestamp = first_max_timestamp
+        self._needs_rebuild = False
+
     def _index_state_at(self, end_position: int) -> IndexState:
         start = min(self._tail_scan_start(), end_position)
         try:
@@ -486,27 +560,49 @@ class LogSegment:
                 self._rolling_based_timestamp = RecordBatchHeader.read(head).max_timestamp
         return self._rolling_based_timestamp
 
-    def should_roll(
-        self,
-        *,
-        messages_size: int,
-        max_timestamp: int,
-        max_offset: int,
-        segment_bytes: int,
-        segment_ms: int,
-        now_ms: int,
-    ) -> bool:
-        """Kafka's LogSegment.shouldRoll for one incoming batch."""
-        if self._size > segment_bytes - messages_size:
-            return True
-        if self._size > 0:
-            first = self.rolling_based_timestamp
-            waited = (max_timestamp - first) if first is not None and first >= 0 else (now_ms - self.created_ms)
-            if waited > segment_ms:
-                return True
-        if self.offset_index.is_full or self.time_index.is_full:
-            return True
-        return max_offset - self.base_offset > INT32_MAX
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        """Whether `offset` fits this segment's int32 relative offsets (Kafka's canConvertToRelativeOffset)."""
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def batches_before_roll(
+        self, scan: BatchScan, start: int, *, segment_bytes: int, segment_ms: int, now_ms: int
+    ) -> int:
+        """How many batches of `scan` from `start` on this segment takes before it must roll: Kafka's
+        LogSegment.shouldRoll, asked before each batch as if the ones before it were appended. It rolls
+        when the batch would take the segment past segment.bytes; when the segment is not empty and
+        segment.ms less the segment's jitter has passed since its first batch's max timestamp (or since
+        it was created, when that is not set); when either index is full, counting the entries the
+        index interval rule gives the batches before it; or when the batch's last offset does not fit
+        a relative offset. An empty segment always takes the first batch. The loop runs per batch, not
+        per record."""
+        sizes = scan.sizes
+        last = scan.last_offsets
+        max_ts = scan.headers["max_timestamp"].astype(np.int64)
+        max_ms = segment_ms - self.roll_jitter_ms
+        since = self._load_index_state().bytes_since_last_entry
+        pending = planned = 0
+        for i in range(start, len(scan)):
+            size = self._size + pending
+            if self._size:
+                first_ts = self.rolling_based_timestamp
+            else:
+                first_ts = int(max_ts[start]) if pending else None
+            waited = int(max_ts[i]) - first_ts if first_ts is not None and first_ts >= 0 else now_ms - self.created_ms
+            roll = (
+                size > segment_bytes - int(sizes[i])
+                or (size > 0 and waited > max_ms)
+                or self.offset_index.entries + planned >= self.offset_index.max_entries
+                or self.time_index.entries + planned >= self.time_index.max_entries - 1  # kept: the final entry
+                or not self.can_convert_to_relative_offset(int(last[i]))
+            )
+            if roll and size > 0:
+                return i - start
+            if since > self.index_interval_bytes:
+                planned += 1
+                since = 0
+            since += int(sizes[i])
+            pending += int(sizes[i])
+        return len(scan) - start
 
     # ------------------------------------------------------------------ writing
     def append(self, buf, scan: BatchScan, *, index_capacity_check: bool = True) -> None:
@@ -646,7 +742,7 @@ class LogSegment:
                         base_position=chunk.base_position,
                         expected_first_offset=prev_next,
                     )
-                    self._check_offsets_in_range(chunk, upper)
+                    self.check_offsets_in_range(chunk, upper)
                     good = len(chunk.scan)
                 except CorruptRecordError as e:
                     good = self._valid_prefix(chunk, prev_next, upper)
@@ -692,12 +788,15 @@ class LogSegment:
         if truncated:
             self._truncate_file(valid)
         self._index_state = state
+        self._needs_rebuild = False
         # as Kafka's recovery does: a normally closed segment ends with its largest timestamp
         self._append_final_time_entry()
         self.flush()
         return RecoveryResult(valid, truncated, None if error is None else str(error))
 
-    def _check_offsets_in_range(self, chunk: BatchChunk, upper: int | None = None) -> None:
+    def check_offsets_in_range(self, chunk: BatchChunk, upper: int | None = None) -> None:
+        """Raise CorruptRecordError at the first batch whose offsets are below the base offset, do not fit
+        a relative offset, or reach `upper` (the next segment's base offset)."""
         base = chunk.scan.headers["base_offset"].astype(np.int64)
         last = chunk.scan.last_offsets
         bad = np.flatnonzero(
@@ -722,7 +821,7 @@ class LogSegment:
             try:
                 part = head(chunk, mid)
                 validate_batches(part.buf, part.scan, source=self.source, expected_first_offset=expected_first)
-                self._check_offsets_in_range(part, upper)
+                self.check_offsets_in_range(part, upper)
                 lo = mid
             except CorruptRecordError:
                 hi = mid - 1

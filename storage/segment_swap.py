@@ -39,7 +39,7 @@ from .errors import CorruptRecordError, KafkaStorageError, SwapAbortedError
 from .file_records import check_headers, crc_failures
 from .filesystem import LogFileSystem
 from .log_segment import LogSegment, segment_settings
-from .objects.immutable_segment import prime_index, rebuild_indexes
+from .objects.immutable_segment import rebuild_indexes
 from .producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (
@@ -428,7 +428,7 @@ def _swap_indexes(fs: LogFileSystem, dir: str, base: int, config) -> tuple[np.nd
     """The indexes of a completed swap's `<base>.log`, rebuilt from its bytes (a crashed swap's index
     objects are not trusted: they may be another attempt's)."""
     seg = LogSegment(fs, dir, base, index_size=0, time_index_size=0, **segment_settings(config))
-    seg.needs_rebuild = True
+    seg.mark_needs_rebuild()
     rebuild_indexes(seg, write=False)
     return seg.offset_index.entry_array(0).copy(), seg.time_index.entry_array(0).copy()
 
@@ -463,8 +463,7 @@ def replace_in_memory(log, base: int, size: int, old_segments: list[LogSegment],
     """After an object swap: put the new segment in place of the old ones in a Log's segment list."""
     seg = LogSegment(log.fs, log.dir, base, log_size=size, index_size=0, time_index_size=0, **log.segment_kwargs())
     if off_rows is not None:
-        prime_index(seg.offset_index, off_rows)
-        prime_index(seg.time_index, time_rows)
+        seg.install_indexes(off_rows, time_rows)
     for s in old_segments:
         s.release_readers()
     log.swap_in_memory([seg], old_segments)

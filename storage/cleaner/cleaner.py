@@ -432,7 +432,7 @@ class Cleaner:
             scan.last_offsets,
             scan.headers["max_timestamp"].astype(np.int64),
             cfg.index_interval_bytes,
-            out._load_index_state(),
+            out.index_state(),
         )
         return (
             out.offset_index.entries + len(plan.offset_entries[0]) > out.offset_index.max_entries

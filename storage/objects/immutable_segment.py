@@ -60,7 +60,10 @@ class IndexBuilder:
 
     def finish(self, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
         """(offset index rows, time index rows) as the files hold them."""
-        cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+        def cat(parts: list[np.ndarray]) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
         offsets, positions = cat(self._offsets), cat(self._positions)
         timestamps, time_offsets = cat(self._timestamps), cat(self._time_offsets)
         st = self.state
@@ -76,18 +79,6 @@ class IndexBuilder:
         time_rows["timestamp"] = timestamps
         time_rows["relative_offset"] = time_offsets - base_offset
         return off_rows, time_rows
-
-
-def prime_index(index, rows: np.ndarray) -> None:
-    """Make an index hold exactly `rows`, as if read from a file of those bytes, with no I/O.
-
-    AbstractIndex has no public way to take entries it did not append itself, so this sets its
-    loaded state directly (entries [0, n) cached, all flushed, nothing pending)."""
-    index._cache = rows
-    index._loaded_from = 0
-    index._entries = index._flushed = len(rows)
-    index.file_size = rows.nbytes
-    index._pending = bytearray()
 
 
 def write_indexes(seg, off_rows: np.ndarray, time_rows: np.ndarray) -> None:
@@ -109,17 +100,8 @@ def rebuild_indexes(seg, *, write: bool) -> None:
             validate_batches(
                 chunk.buf, s, source=seg.source, base_position=chunk.base_position, expected_first_offset=expected
             )
+            seg.check_offsets_in_range(chunk)
             last = s.last_offsets
-            base = s.headers["base_offset"].astype(np.int64)
-            bad = np.flatnonzero((base < seg.base_offset) | (last - seg.base_offset > INT32_MAX))
-            if bad.size:
-                i = int(bad[0])
-                raise CorruptRecordError(
-                    f"batch offsets {int(base[i])}..{int(last[i])} do not fit segment with base "
-                    f"offset {seg.base_offset}",
-                    source=seg.source,
-                    position=chunk.base_position + int(s.positions[i]),
-                )
             builder.add(s.positions + chunk.base_position, s.sizes, last, s.headers["max_timestamp"].astype(np.int64))
             expected = int(last[-1]) + 1
             end = chunk.base_position + s.end
@@ -134,10 +116,7 @@ def rebuild_indexes(seg, *, write: bool) -> None:
     off_rows, time_rows = builder.finish(seg.base_offset)
     if write:
         write_indexes(seg, off_rows, time_rows)
-    prime_index(seg.offset_index, off_rows)
-    prime_index(seg.time_index, time_rows)
-    seg._index_state = builder.state
-    seg.needs_rebuild = False
+    seg.install_indexes(off_rows, time_rows, builder.state)
 
 
 def create_segment_object(
@@ -159,7 +138,8 @@ def create_segment_object(
             f"segment object, and index positions are int32, so at most {MAX_SEGMENT_OBJECT_BYTES} bytes"
         )
     last = scan.last_offsets
-    if int(last[-1]) - base > INT32_MAX:
+    seg = LogSegment(fs, dir, base, log_size=scan.end, index_size=0, time_index_size=0, **segment_kwargs)
+    if not seg.can_convert_to_relative_offset(int(last[-1])):
         raise RecordTooLargeError(
             f"append to {where}: offsets {base}..{int(last[-1])} do not fit one segment "
             f"(relative offsets are int32); split the append"
@@ -167,9 +147,6 @@ def create_segment_object(
     builder = IndexBuilder(index_interval_bytes)
     builder.add(scan.positions, scan.sizes, last, scan.headers["max_timestamp"].astype(np.int64))
     off_rows, time_rows = builder.finish(base)
-    seg = LogSegment(
-        fs, dir, base, log_size=scan.end, index_size=off_rows.nbytes, time_index_size=time_rows.nbytes, **segment_kwargs
-    )
     if not fs.create_exclusive(seg.log_path, memoryview(buf)[: scan.end]):
         fs.invalidate_listings(dir)
         try:
@@ -197,10 +174,7 @@ def create_segment_object(
             base,
             e,
         )
-    prime_index(seg.offset_index, off_rows)
-    prime_index(seg.time_index, time_rows)
-    seg._index_state = builder.state
-    seg._rolling_based_timestamp = int(scan.headers["max_timestamp"][0])
+    seg.install_indexes(off_rows, time_rows, builder.state, first_max_timestamp=int(scan.headers["max_timestamp"][0]))
     return seg
 
 

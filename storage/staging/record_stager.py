@@ -247,13 +247,21 @@ class RecordStager:
             if self._immutable:
                 staging = _ObjectStaging(fs, d, tp, config.max_message_bytes)
             else:
-                seg = LogSegment.create(fs, d, 0, **segment_settings(config))
-                seg.appended = []
-                seg.bulk_writes = True
+                # writer modes: batch positions kept for adopt_segments, segments written past the OS cache
+                seg = LogSegment.create(fs, d, 0, track_batches=True, bulk_writes=True, **segment_settings(config))
                 staging = Log(
-                    fs, d, tp, config, [seg], log_start_offset=0, recovery_point=0, next_offset=0, writable=True
+                    fs,
+                    d,
+                    tp,
+                    config,
+                    [seg],
+                    log_start_offset=0,
+                    recovery_point=0,
+                    next_offset=0,
+                    writable=True,
+                    track_batches=True,
+                    bulk_writes=True,
                 )
-                staging.track_batches = staging.bulk_writes = True
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
         staging.append(data, built=scan)
@@ -297,8 +305,7 @@ class RecordStager:
                         staging.dir, seg.base_offset, nxt, seg.size, positions, bases, seg.max_timestamp_so_far
                     )
                 )
-                seg.close(fsync=adopt)  # rolled ones were fsynced on roll; no final time entry here
-            staging.closed = True
+            staging.release(fsync=adopt)  # rolled segments were fsynced on roll; no final time entry here
             parts.append(StagedPartition(tp.topic, tp.partition, tuple(segments), rows, adopt))
         self._logs.clear()
         return StagedFile(self.name, tuple(parts), self.task_index)
@@ -308,8 +315,7 @@ class RecordStager:
         for staging, _ in self._logs.values():
             if isinstance(staging, _ObjectStaging):
                 continue
-            for seg in staging.segments:
-                seg.close(fsync=False)
+            staging.release(fsync=False)
         self._logs.clear()
         for d in self._dirs:
             self.lm.fs.delete_dir(d)
