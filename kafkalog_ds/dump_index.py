@@ -10,7 +10,7 @@ from typing import TextIO
 import numpy as np
 
 from storage.errors import CorruptIndexError
-from storage.filesystem import LogFileSystem
+from storage.fs.filesystem import LogFileSystem
 from storage.index import OffsetIndex, TimeIndex
 from storage.records.record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 
@@ -89,9 +89,13 @@ def dump_index(
         found[i] = _last_offset_at(fs, _log_path_for(fs, path), int(positions[i]), opts.max_message_size)
     bad = np.flatnonzero(found != offsets)
     if bad.size:
-        report.index_mismatches.setdefault(abs_name, []).extend(zip(offsets[bad].tolist(), found[bad].tolist(), strict=False))
+        report.index_mismatches.setdefault(abs_name, []).extend(
+            zip(offsets[bad].tolist(), found[bad].tolist(), strict=False)
+        )
     if not opts.verify_index_only:
-        out.write("".join(f"offset: {o} position: {p}\n" for o, p in zip(offsets.tolist(), positions.tolist(), strict=False)))
+        out.write(
+            "".join(f"offset: {o} position: {p}\n" for o, p in zip(offsets.tolist(), positions.tolist(), strict=False))
+        )
 
 
 def _last_offset_at(fs: LogFileSystem, log_path: str, position: int, max_message_size: int) -> int:
@@ -178,7 +182,8 @@ def dump_txn_index(
                 e["producer_id"].tolist(),
                 e["first_offset"].tolist(),
                 e["last_offset"].tolist(),
-                e["last_stable_offset"].tolist(), strict=False,
+                e["last_stable_offset"].tolist(),
+                strict=False,
             )
         )
     )

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from storage.errors import KafkaLogError
 from storage.file_records import BatchChunk, select_batches
-from storage.filesystem import LogFileSystem
+from storage.fs.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -431,7 +431,9 @@ def _dump_batches(
             prev = np.concatenate(([state["last_offset"]], offs[:-1]))
             gaps = np.flatnonzero((offs != prev + 1) & (prev != -1))
             if gaps.size:
-                report.non_consecutive.setdefault(abs_name, []).extend(zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False))
+                report.non_consecutive.setdefault(abs_name, []).extend(
+                    zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False)
+                )
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

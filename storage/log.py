@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
     import pyarrow
 
 from .errors import ConcurrentAppendError, CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .log_validator import (

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from .errors import CorruptRecordError, KafkaStorageError
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .objects.immutable_segment import read_first_header
 from .objects.segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
 from .records.record_batch import CRC_OFFSET, compute_crc, scan_batches, validate_batches
@@ -272,7 +272,9 @@ def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_siz
     validate_batches(buf, scan, source=source, check_offsets=False)
     fields = struct.Struct(">qhi")
     view = memoryview(buf)
-    for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist(), strict=False):  # per batch: the CRC covers these fields
+    for pos, size in zip(
+        scan.positions.tolist(), scan.sizes.tolist(), strict=False
+    ):  # per batch: the CRC covers these fields
         fields.pack_into(buf, pos + PRODUCER_FIELDS_OFFSET, writer_id, 0, batch_id)
         struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos : pos + size]))
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidConfigError, KafkaStorageError, LogLockedError
+from ..fs.local import LocalFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
-from ..local_filesystem import LocalFileSystem
 from ..log import Log
 from ..log_loader import LOCK_FILE
 from ..log_segment import INT32_MAX, LogSegment

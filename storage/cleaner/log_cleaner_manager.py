@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
+from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from ..producer_state import ProducerStateManager
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition

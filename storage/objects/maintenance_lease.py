@@ -22,7 +22,7 @@ import time
 import uuid
 
 from ..errors import KafkaStorageError
-from ..filesystem import LogFileSystem
+from ..fs.filesystem import LogFileSystem
 
 LEASE_DIR = "kafkalog-maintenance-lease"
 DEFAULT_LEASE_TTL_MS = 600_000

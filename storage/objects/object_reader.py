@@ -16,7 +16,7 @@ from typing import Any
 import fsspec.asyn
 
 from ..errors import CorruptRecordError
-from ..filesystem import FileReader, LogFileSystem
+from ..fs.filesystem import FileReader, LogFileSystem
 from ..topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 
 # fsspec's memory store checks then sets on create: object_store makes that one step under this lock,

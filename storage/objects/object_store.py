@@ -21,8 +21,8 @@ import fsspec.asyn
 from fsspec.core import url_to_fs
 
 from ..errors import KafkaStorageError
-from ..filesystem import Appender, Capabilities, FileInfo, LogFileSystem
-from ..storage_options import redact_text, redact_url, safe_repr
+from ..fs.filesystem import Appender, Capabilities, FileInfo, LogFileSystem
+from ..fs.storage_options import redact_text, redact_url, safe_repr
 from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
 
 # How long a listing may be served from the cache (seconds). None: until this instance writes under it.

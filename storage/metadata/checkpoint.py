@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .errors import KafkaStorageError
-from .filesystem import LogFileSystem
-from .topic_partition import TopicPartition, topic_name_problem
+from ..errors import KafkaStorageError
+from ..fs.filesystem import LogFileSystem
+from ..topic_partition import TopicPartition, topic_name_problem
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"

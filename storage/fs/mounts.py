@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import KafkaStorageError
+from ..errors import KafkaStorageError
 
 MOUNTINFO = "/proc/self/mountinfo"
 OBJECT_STORE_FUSE = ("s3fs", "gcsfuse", "goofys", "mountpoint-s3", "rclone", "blobfuse", "blobfuse2")
