@@ -281,7 +281,7 @@ def test_listing_cache_saves_lists_and_follows_own_writes(s3_server, s3_root):  
     url, opts = s3_root
     fs, root = open_filesystem(url, opts)
     other, _ = open_filesystem(url, opts)
-    fs_nocache = ObjectStoreFileSystem(fs._fs, listing_ttl=0)
+    fs_nocache = ObjectStoreFileSystem(fs.fsspec_fs, listing_ttl=0)
     fs.write_atomic(fs.join(root, "a"), b"1")
 
     def lists(call):
