@@ -311,7 +311,7 @@ def register_timed(spark, log_path: str) -> None:
             _os.fsync = fsync
         if not st.get("patched") and "storage.log_manager" in _sys.modules:  # after the package's import
             st["patched"] = True
-            from storage import local_filesystem as lf
+            from storage.fs import local as lf
             from storage.log_manager import LogManager as LM
 
             real_list, real_lock, real_open = lf.LocalFileSystem.listdir, lf.LocalFileSystem.lock, LM.open_log

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from storage.local_filesystem import LocalFileSystem  # noqa: E402
+from storage.fs.local import LocalFileSystem  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.builder import build_records  # noqa: E402
 from storage.topic_partition import TopicPartition  # noqa: E402

@@ -48,16 +48,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from storage.checkpoint import (
+from storage.errors import CorruptRecordError, ExportError, KafkaStorageError, UnknownTopicOrPartitionError
+from storage.file_records import head
+from storage.log_manager import LogManager
+from storage.metadata.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     format_checkpoint,
     parse_checkpoint,
 )
-from storage.errors import CorruptRecordError, ExportError, KafkaStorageError, UnknownTopicOrPartitionError
-from storage.file_records import head
-from storage.log_manager import LogManager
 from storage.objects.immutable_segment import IndexBuilder
 from storage.records.decoder import iter_decoded
 from storage.records.record_batch import (

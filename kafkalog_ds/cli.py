@@ -28,10 +28,10 @@ from typing import BinaryIO
 import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
+from storage.fs.storage_options import storage_options_from_cli
 from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
-from storage.storage_options import storage_options_from_cli
-from storage.topic_metadata import TOPIC_FILE_SUFFIX
+from storage.metadata.topic_metadata import TOPIC_FILE_SUFFIX
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_partition_dir, parse_segment_file
 
 from .consume import consume

@@ -19,7 +19,7 @@ import pyarrow as pa
 from storage.common.constants import INT32_MAX
 from storage.errors import DumpError, KafkaLogError
 from storage.file_records import FIRST_CHUNK_BYTES, BatchChunk, select_batches
-from storage.filesystem import LogFileSystem
+from storage.fs.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
 from storage.records.record_batch import (
     ATTRIBUTES_OFFSET,
@@ -428,6 +428,9 @@ def _dump_batches(
             if gaps.size:
                 pairs = zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=True)
                 report.non_consecutive.setdefault(abs_name, []).extend(pairs)
+                report.non_consecutive.setdefault(abs_name, []).extend(
+                    zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False)
+                )
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")

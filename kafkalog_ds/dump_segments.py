@@ -8,8 +8,8 @@ import os
 from typing import TextIO
 
 from storage.errors import DumpError, KafkaLogError
-from storage.filesystem import LogFileSystem
-from storage.filesystem_factory import open_filesystem
+from storage.fs.filesystem import LogFileSystem
+from storage.log_dirs import open_filesystem
 
 from .dump_index import dump_index, dump_time_index, dump_txn_index
 from .dump_log import DumpOptions, DumpReport, dump_log, one_line

@@ -30,11 +30,11 @@ from storage.cleaner.log_cleaner_manager import LogCleanerManager
 from storage.cleaner.segment_merger import merge_small_segments
 from storage.common.time import SYSTEM_TIME
 from storage.errors import KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
+from storage.fs.storage_options import storage_options_from_cli
 from storage.log_manager import LogManager
 from storage.log_retention import delete_old_segment_objects
 from storage.objects.maintenance_lease import MaintenanceLease, attach_lease
 from storage.segment_swap import complete_pending_swaps
-from storage.storage_options import storage_options_from_cli
 from storage.topic_partition import TopicPartition
 
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
+from storage.fs.storage_options import storage_options_from_spark
 from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig
 from storage.records.record_batch import CompressionType
-from storage.storage_options import storage_options_from_spark
 from storage.topic_partition import validate_topic_name
 
 WRITER_OPTIONS = {"path", "topic", "compression.type", "partitions", "locktimeoutms", "checkpointlocation", "queryname"}

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from storage.errors import InvalidConfigError, OffsetOutOfRangeError
 from storage.log_manager import LogManager
 from storage.log_offsets import LogOffsetsCache
-from storage.meta_properties import check_directory_id, directory_id
+from storage.metadata.meta_properties import check_directory_id, directory_id
 from storage.topic_partition import TopicPartition
 
 from . import planning
@@ -102,7 +102,7 @@ class KafkaLogInputPartition(InputPartition):
     ):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
         self.start_open, self.end_open = start_open, end_open
-        self.directory_id = directory_id  # the ROOT the driver planned on (storage/meta_properties.py)
+        self.directory_id = directory_id  # the ROOT the driver planned on (storage/metadata/meta_properties.py)
 
     def __repr__(self) -> str:
         lo = "earliest" if self.start_open else self.start

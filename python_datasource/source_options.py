@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
-from storage.storage_options import storage_options_from_spark
+from storage.fs.storage_options import storage_options_from_spark
 
 from .options import note_unknown_options, refuse_kafka_options
 

@@ -12,7 +12,7 @@ from pyspark.sql.datasource import (
 )
 
 from storage.log_manager import LogManager
-from storage.meta_properties import check_directory_id, directory_id
+from storage.metadata.meta_properties import check_directory_id, directory_id
 from storage.staging.staged_commit import StagedFile, cleanup_staged, commit_staged
 
 from .options import SINK_COLUMNS, SinkOptions

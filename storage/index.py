@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import CorruptIndexError, InvalidOffsetError
-from .filesystem import Appender, FileReader, LogFileSystem
+from .fs.filesystem import Appender, FileReader, LogFileSystem
 from .records.record_batch import NO_TIMESTAMP
 from .topic_partition import DELETED_FILE_SUFFIX
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
 
 from .common.time import SYSTEM_TIME
 from .errors import CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log_appender import InPlaceAppender, LogAppender, LogSegments
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .errors import KafkaStorageError
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
 from .records.record_batch import BatchScan

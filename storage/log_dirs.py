@@ -1,17 +1,35 @@
-"""Kafka's `log.dirs`: which log dirs a ROOT names, opened on one filesystem.
+"""Kafka's `log.dirs`: which log dirs a ROOT names, and which filesystem holds them.
 
 ROOT is one log dir (a path or URL, commas and all), a list of them, or Kafka's setting spelled out,
 `log.dirs=/disk1/logs,/disk2/logs`. Invariants: every log dir is on the same kind of filesystem, none is
-empty or listed twice, and a bare path is never split.
+empty or listed twice, and a bare path is never split. open_filesystem is the one place that knows every
+implementation of the seam (storage/fs/, storage/objects/), so this module sits above both packages.
 """
 
 from __future__ import annotations
 
+import os
+
 from .errors import InvalidConfigError
-from .filesystem import LogFileSystem
-from .filesystem_factory import open_filesystem
+from .fs.filesystem import LogFileSystem
+from .fs.local import LocalFileSystem
+from .fs.memory import MemoryFileSystem
+from .objects.object_store import open_object_store
 
 LOG_DIRS_PREFIX = "log.dirs="  # ROOT naming several log dirs: log.dirs=/disk1/logs,/disk2/logs
+
+
+def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogFileSystem, str]:
+    """Pick the filesystem for a log dir URL; returns (filesystem, path within it)."""
+    if "://" not in url:
+        return LocalFileSystem(), os.path.abspath(url)
+    protocol, rest = url.split("://", 1)
+    if protocol == "file":
+        return LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
+    if protocol == "memory":  # stays a full filesystem (append, rename, locks) for fast tests
+        return MemoryFileSystem(), "/" + rest.lstrip("/")
+    # s3://, gs://, abfs://, ...: immutable objects
+    return open_object_store(url, storage_options)
 
 
 def log_dir_list(root) -> list[str]:

@@ -26,7 +26,7 @@ from .errors import (
     LogLockedError,
     UnknownTopicOrPartitionError,
 )
-from .filesystem import FileInfo, LogFileSystem
+from .fs.filesystem import FileInfo, LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment, segment_settings

@@ -4,7 +4,7 @@ duties (retention, delete-records, topic deletion).
 ROOT names one log dir or several (log_dirs.py). A new partition goes to the log dir holding the fewest
 partitions (ties: the first listed); a partition is found in whichever dir holds it; each log dir keeps
 checkpoint files for the partitions it holds. Topic metadata lives in the first log dir as one topic file
-per topic (topic_metadata.py; one found in another log dir is read too). Topics whose partition
+per topic (metadata/topic_metadata.py; one found in another log dir is read too). Topics whose partition
 directories exist without that file (a log dir written by Kafka) are found from the directory names and
 get the default config.
 """
@@ -17,13 +17,6 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from .checkpoint import (
-    CLEANER_OFFSET_CHECKPOINT_FILE,
-    LOG_START_OFFSET_CHECKPOINT_FILE,
-    RECOVERY_POINT_CHECKPOINT_FILE,
-    CorruptCheckpointError,
-    OffsetCheckpointFile,
-)
 from .common.time import SYSTEM_TIME
 from .errors import (
     InvalidConfigError,
@@ -34,7 +27,7 @@ from .errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
@@ -47,8 +40,14 @@ from .log_retention import (
     remove_expired_deleted_files,
     write_delete_marker,
 )
-from .objects.segment_metadata import largest_timestamp
-from .topic_metadata import (
+from .metadata.checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    CorruptCheckpointError,
+    OffsetCheckpointFile,
+)
+from .metadata.topic_metadata import (
     MAX_PARTITIONS,
     TOPIC_FILE_SUFFIX,
     TopicMetadata,
@@ -56,6 +55,7 @@ from .topic_metadata import (
     topic_file_name,
     topic_named_in,
 )
+from .objects.segment_metadata import largest_timestamp
 from .topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,

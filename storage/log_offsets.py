@@ -20,7 +20,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from .filesystem import FileVersion
+from .fs.filesystem import FileVersion
 from .log_manager import LogManager
 from .topic_partition import TopicPartition
 

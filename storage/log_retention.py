@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .common.time import SYSTEM_TIME
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_segment import LogSegment

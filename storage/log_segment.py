@@ -23,7 +23,7 @@ from .file_records import (
     iter_chunks,
     select_batches,
 )
-from .filesystem import Appender, LogFileSystem
+from .fs.filesystem import Appender, LogFileSystem
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .index_planner import IndexState, plan_index_entries
 from .records.record_batch import RECORD_BATCH_OVERHEAD, BatchScan, RecordBatchHeader, validate_batches

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
 from .common.time import SYSTEM_TIME, Time
 from .errors import CorruptRecordError, KafkaStorageError
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .objects.immutable_segment import read_first_header
 from .objects.segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
 from .records.record_batch import CRC_OFFSET, PRODUCER_ID_OFFSET, compute_crc, scan_batches, validate_batches

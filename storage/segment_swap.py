@@ -37,7 +37,7 @@ import numpy as np
 
 from .errors import CorruptRecordError, KafkaStorageError, SwapAbortedError
 from .file_records import check_headers, crc_failures
-from .filesystem import LogFileSystem
+from .fs.filesystem import LogFileSystem
 from .log_segment import LogSegment, segment_settings
 from .objects.immutable_segment import rebuild_indexes
 from .producer_state import ObjectProducerStateManager

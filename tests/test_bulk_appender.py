@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from storage import local_filesystem as lf
-from storage.local_filesystem import DIRECT_BLOCK, DIRECT_MIN_WRITE, LocalFileSystem
+from storage.fs import local as lf
+from storage.fs.local import DIRECT_BLOCK, DIRECT_MIN_WRITE, LocalFileSystem
 
 direct_io = pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="no O_DIRECT on this platform")
 

@@ -3,16 +3,17 @@ import uuid
 
 import pytest
 
-import storage.checkpoint as checkpoint_mod
-from storage.checkpoint import (
+import storage.metadata.checkpoint as checkpoint_mod
+from storage.errors import CorruptCheckpointError, KafkaLogError, KafkaStorageError
+from storage.fs.local import LocalFileSystem
+from storage.fs.memory import MemoryFileSystem
+from storage.metadata.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     OffsetCheckpointFile,
     parse_checkpoint,
 )
-from storage.errors import CorruptCheckpointError, KafkaLogError, KafkaStorageError
-from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
 from storage.topic_partition import TopicPartition
 
 # What a Kafka broker leaves in a log dir (hand-written in Kafka's CheckpointFile layout).

@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
-from storage.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE
 from storage.cleaner.cleaner import Cleaner, CleanerConfig
 from storage.cleaner.log_cleaner_manager import LogCleanerManager, log_to_clean
 from storage.cleaner.offset_map import KeyCounter, SkimpyOffsetMap
@@ -20,6 +19,7 @@ from storage.cleaner.throttler import Throttler
 from storage.common.time import MockTime
 from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
+from storage.metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE
 from storage.records import record_batch as rb
 from storage.records.record_batch import scan_batches
 from storage.topic_partition import TopicPartition, parse_segment_file

@@ -12,8 +12,8 @@ from kafka_reference import kp_batch
 from test_cleaner import check_indexes
 
 from storage.cleaner.log_cleaner_manager import LogCleanerManager
-from storage.filesystem import Appender, LogFileSystem
-from storage.local_filesystem import MemoryFileSystem
+from storage.fs.filesystem import Appender, LogFileSystem
+from storage.fs.memory import MemoryFileSystem
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition, parse_segment_file
 

@@ -22,7 +22,7 @@ from kafka.record import MemoryRecords
 
 import kafkalog_ds.cli as cli
 from kafkalog_ds import produce as console
-from storage.local_filesystem import _LocalAppender
+from storage.fs.local import _LocalAppender
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 

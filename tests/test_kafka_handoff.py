@@ -37,8 +37,8 @@ from realkafka import jars
 from realkafka.broker import BrokerError
 
 from kafkalog_ds.cli import main
-from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_checkpoint
 from storage.log_manager import LogManager
+from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_checkpoint
 from storage.records.record_batch import DELETE_HORIZON_FLAG_MASK
 from storage.staging.record_stager import ADOPT_MIN_BYTES
 from storage.topic_partition import TopicPartition

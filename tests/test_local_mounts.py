@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-import storage.local_mounts as mounts
+import storage.fs.mounts as mounts
 from storage.errors import KafkaStorageError
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition

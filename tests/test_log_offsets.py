@@ -15,7 +15,7 @@ import pytest
 from kafka_reference import kp_batch
 from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
-import storage.checkpoint as checkpoint_module
+import storage.metadata.checkpoint as checkpoint_module
 from python_datasource.reader import KafkaLogBatchReader, KafkaLogStreamReader
 from python_datasource.source_options import SourceOptions
 from storage.errors import UnknownTopicOrPartitionError
@@ -228,7 +228,7 @@ def test_a_writer_that_waited_for_the_lock_does_not_undo_delete_records(root, mo
     start offset (delete-records) and closes. The waiting writer's close must keep the new offset."""
     import threading
 
-    from storage.local_filesystem import LocalFileSystem
+    from storage.fs.local import LocalFileSystem
 
     tp = TopicPartition("t", 0)
     LogManager(root).create_topic("t", 1)
@@ -256,7 +256,7 @@ def test_a_writer_that_waited_for_the_lock_does_not_undo_delete_records(root, mo
 def test_a_subscribed_trigger_never_lists_the_whole_root(root, monkeypatch):
     """subscribe names its topics: a trigger looks them up by name, so its cost does not grow with the
     other topics under ROOT (subscribePattern must list them, and does)."""
-    from storage.local_filesystem import LocalFileSystem
+    from storage.fs.local import LocalFileSystem
 
     lm = LogManager(root)
     for t in ("a", "b", "c"):

@@ -11,8 +11,8 @@ from kafka_reference import kp_batch, kp_parse
 
 from kafkalog_ds.cli import main
 from kafkalog_ds.maintenance import run_once
-from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_checkpoint
 from storage.log_manager import LogManager
+from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_checkpoint
 from storage.topic_partition import TopicPartition
 
 OLD = 1_600_000_000_000  # 2020: far past any retention.ms below

@@ -17,8 +17,8 @@ from python_datasource.options import SinkOptions
 from python_datasource.reader import KafkaLogInputPartition, read_range
 from python_datasource.writer import KafkaLogStreamWriter
 from storage.errors import KafkaStorageError
-from storage.local_filesystem import LocalFileSystem
-from storage.meta_properties import META_PROPERTIES_FILE, directory_id
+from storage.fs.local import LocalFileSystem
+from storage.metadata.meta_properties import META_PROPERTIES_FILE, directory_id
 
 
 def test_the_id_is_made_once_and_kept(root):

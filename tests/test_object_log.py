@@ -17,7 +17,8 @@ from kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 import storage.objects.immutable_segment as immutable_segment
 import storage.staging.record_stager as record_stager
 from storage.errors import ConcurrentAppendError, KafkaStorageError, RecordTooLargeError
-from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
+from storage.fs.local import LocalFileSystem
+from storage.fs.memory import MemoryFileSystem
 from storage.log import Log
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
@@ -144,7 +145,8 @@ def test_appends_reads_reopens_and_timestamp_lookups_match_a_model(seed):
                     zip(
                         got.column("timestamp").cast(pa.int64()).to_pylist(),
                         got.column("key").to_pylist(),
-                        got.column("value").to_pylist(), strict=False,
+                        got.column("value").to_pylist(),
+                        strict=False,
                     )
                 )
                 == model[lo:hi]

@@ -26,9 +26,9 @@ from test_object_log import expected_indexes
 
 from kafkalog_ds.maintenance import main as maintenance_main
 from kafkalog_ds.maintenance import run_once
-from storage.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE
 from storage.errors import CorruptRecordError, KafkaStorageError, MaintenanceLeaseError
 from storage.log_manager import LogManager
+from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE
 from storage.objects.maintenance_lease import MaintenanceLease
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.topic_partition import TopicPartition, parse_segment_file
@@ -659,7 +659,8 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
 def test_the_merge_is_offered_on_local_disk_too(tmp_path, kind):
     """With locks and append (an opt-in there): the cleaner's swap, same groups, same bytes, Kafka's indexes."""
     from storage.cleaner.segment_merger import merge_small_segments
-    from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
+    from storage.fs.local import LocalFileSystem
+    from storage.fs.memory import MemoryFileSystem
 
     fs, root = (
         (LocalFileSystem(), str(tmp_path / "r")) if kind == "local" else (MemoryFileSystem(), f"/m-{uuid.uuid4().hex}")

@@ -14,7 +14,7 @@ from kafka.record import MemoryRecords
 from kafka_reference import kafka_recovery_entries, kp_parse
 from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 
-from storage.filesystem_factory import open_filesystem
+from storage.log_dirs import open_filesystem
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.producer_state import STATE_FILE

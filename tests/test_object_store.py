@@ -14,10 +14,9 @@ import pytest
 from s3_server import BUCKET, s3_root, s3_server  # noqa: F401  (fixtures)
 
 from storage.errors import InvalidConfigError, KafkaStorageError
-from storage.filesystem_factory import open_filesystem
-from storage.local_filesystem import LocalFileSystem, MemoryFileSystem
-from storage.objects.object_store import ObjectStoreFileSystem
-from storage.storage_options import (
+from storage.fs.local import LocalFileSystem
+from storage.fs.memory import MemoryFileSystem
+from storage.fs.storage_options import (
     is_secret_key,
     redact,
     redact_text,
@@ -26,6 +25,8 @@ from storage.storage_options import (
     storage_options_from_cli,
     storage_options_from_spark,
 )
+from storage.log_dirs import open_filesystem
+from storage.objects.object_store import ObjectStoreFileSystem
 
 KINDS = ["local", "memory", "objmem", "s3"]
 
@@ -280,7 +281,7 @@ def test_listing_cache_saves_lists_and_follows_own_writes(s3_server, s3_root):  
     url, opts = s3_root
     fs, root = open_filesystem(url, opts)
     other, _ = open_filesystem(url, opts)
-    fs_nocache = ObjectStoreFileSystem(fs._fs, listing_ttl=0)
+    fs_nocache = ObjectStoreFileSystem(fs.fsspec_fs, listing_ttl=0)
     fs.write_atomic(fs.join(root, "a"), b"1")
 
     def lists(call):

@@ -167,7 +167,7 @@ def test_commit_removes_its_files_and_older_orphans_but_not_newer_staging(root):
 def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark(root, monkeypatch):
     """Durability without waste: the pending mark (its file and the directory) is durable before the
     appended bytes, then the .log and its indexes are fsynced once each; nothing else is."""
-    import storage.local_filesystem as lfs
+    import storage.fs.local as lfs
 
     lm = LogManager(root)
     lm.create_topic("t", 1)

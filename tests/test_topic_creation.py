@@ -96,7 +96,7 @@ def test_creating_many_partitions_fsyncs_each_directory_once(root, monkeypatch):
     """One fsync per new partition directory (after its three empty files exist), one for the topic file
     and one for the log dir: the empty files hold no data to flush. It was four per partition, which made
     a 10,000-partition topic take about a minute."""
-    import storage.local_filesystem as lfs
+    import storage.fs.local as lfs
 
     synced = []
     real_fsync = os.fsync

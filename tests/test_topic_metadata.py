@@ -14,7 +14,7 @@ import pytest
 
 from storage.errors import InvalidConfigError
 from storage.log_manager import LogManager
-from storage.topic_metadata import MAX_PARTITIONS, MAX_TOPIC_FILE_BYTES, TopicMetadata, topic_file_name
+from storage.metadata.topic_metadata import MAX_PARTITIONS, MAX_TOPIC_FILE_BYTES, TopicMetadata, topic_file_name
 
 
 def _rewrite(lm: LogManager, topic: str, edit) -> str:

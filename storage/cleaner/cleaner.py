@@ -30,9 +30,9 @@ import numpy as np
 from ..common.constants import INT32_MAX, INT64_MAX
 from ..common.time import SYSTEM_TIME, Time
 from ..errors import CleaningAbortedError, InvalidConfigError, KafkaStorageError, LogLockedError
+from ..fs.local import LocalFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
-from ..local_filesystem import LocalFileSystem
 from ..log import Log
 from ..log_loader import LOCK_FILE
 from ..log_segment import LogSegment

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from ..common.constants import INT64_MAX
 from ..common.time import SYSTEM_TIME, Time
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
+from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
 from ..producer_state import ProducerStateManager
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition

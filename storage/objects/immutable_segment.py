@@ -16,7 +16,7 @@ import numpy as np
 
 from ..common.constants import INT32_MAX
 from ..errors import ConcurrentAppendError, CorruptRecordError, KafkaStorageError, RecordTooLargeError
-from ..filesystem import LogFileSystem
+from ..fs.filesystem import LogFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import IndexState, plan_index_entries
 from ..records.record_batch import (

@@ -23,7 +23,7 @@ import uuid
 
 from ..common.time import SYSTEM_TIME
 from ..errors import KafkaStorageError, MaintenanceLeaseError
-from ..filesystem import LogFileSystem
+from ..fs.filesystem import LogFileSystem
 
 LEASE_DIR = "kafkalog-maintenance-lease"
 DEFAULT_LEASE_TTL_MS = 600_000

@@ -7,7 +7,7 @@ Every append becomes one whole segment object at the log end offset, made with a
 from __future__ import annotations
 
 from ..errors import ConcurrentAppendError
-from ..filesystem import LogFileSystem
+from ..fs.filesystem import LogFileSystem
 from ..log_appender import LogAppender, LogSegments
 from ..log_config import LogConfig
 from ..log_segment import LogSegment

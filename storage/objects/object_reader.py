@@ -1,6 +1,7 @@
 """Reads of one object version on an object store: what a local file descriptor gives a reader for free.
 
-Below storage/objects/object_store.py (which opens these readers); `fs` here is its ObjectStoreFileSystem.
+Below storage/objects/object_store.py, which opens these readers: what a reader needs of its store is
+VersionedObjectStore here, and ObjectStoreFileSystem there is the one implementation.
 
 A reader pins the version it listed (or first reads) and reads only that one, so a segment the
 maintenance job replaces or removes mid-read is read on from its `.deleted` twin, or fails with an
@@ -9,14 +10,17 @@ error naming it, never with other bytes (storage/segment_swap.py keeps the twins
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import errno
 import threading
 from typing import Any
 
+import fsspec
 import fsspec.asyn
 
 from ..errors import CorruptRecordError
-from ..filesystem import FileReader, LogFileSystem
+from ..fs.filesystem import FileReader, LogFileSystem
 from ..topic_partition import DELETED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 
 # fsspec's memory store checks then sets on create: object_store makes that one step under this lock,
@@ -26,12 +30,13 @@ process_create_lock = threading.Lock()
 
 def error_code(exc: BaseException) -> str | None:
     """The S3-style error code behind an fsspec exception (botocore ClientError in the cause chain)."""
+    cur: BaseException | None = exc
     seen = 0
-    while exc is not None and seen < 5:
-        resp = getattr(exc, "response", None)
+    while cur is not None and seen < 5:
+        resp = getattr(cur, "response", None)
         if isinstance(resp, dict) and isinstance(resp.get("Error"), dict):
             return resp["Error"].get("Code")
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return None
 
 
@@ -41,48 +46,76 @@ def plain_md5_etag(etag: Any) -> str | None:
     return tag if len(tag) == 32 and all(c in "0123456789abcdef" for c in tag) else None
 
 
-def pinned_get(fs: LogFileSystem, path: str, start: int, end: int, tag) -> tuple[bytes, Any]:
+class VersionedObjectStore(LogFileSystem):
+    """What a pinned reader needs of its object store beyond LogFileSystem: the fsspec filesystem and the
+    object keys in it, and backend failures as errors naming the object. ObjectStoreFileSystem
+    (object_store.py) implements it; it opens the readers, so it is declared here, below it."""
+
+    fsspec_fs: fsspec.AbstractFileSystem  # the store the objects are reached through
+    process_local: bool  # fsspec's memory store in this process: an object's version is its MemoryFile
+
+    @abc.abstractmethod
+    def key(self, path: str) -> str:
+        """The object key a path names."""
+
+    @abc.abstractmethod
+    def head(self, path: str, op: str) -> dict:
+        """The object's metadata (one HEAD) for operation `op`; FileNotFoundError when there is none."""
+
+    @abc.abstractmethod
+    def failures(
+        self, op: str, path: str, *, keep: tuple[type[BaseException], ...] = ()
+    ) -> contextlib.AbstractContextManager[None]:
+        """Backend failures inside become errors naming the object; the types in `keep` pass unchanged."""
+
+
+def _memory_object(fs: VersionedObjectStore, key: str) -> Any:
+    """The MemoryFile now under `key` in a process-local store (None if there is none): its version."""
+    with process_create_lock:
+        return getattr(fs.fsspec_fs, "store", {}).get(key)
+
+
+def pinned_get(fs: VersionedObjectStore, path: str, start: int, end: int, tag) -> tuple[bytes, Any]:
     """Bytes [start, end) of the object if it is still version `tag` (None: any), and its version.
     Raises _ObjectChanged when the object is another version or gone."""
-    key = fs._norm(path)
+    key = fs.key(path)
     if end <= start:
         return b"", tag
-    if fs._backend.process_local:  # fsspec's memory store: a version is a MemoryFile object
-        with process_create_lock:
-            obj = getattr(fs._fs, "store", {}).get(key)
+    if fs.process_local:  # fsspec's memory store: a version is a MemoryFile object
+        obj = _memory_object(fs, key)
         if obj is None:
             raise _ObjectChanged(path)
         if tag is not None and obj is not tag[0]:
             raise _ObjectChanged(path)
         return bytes(obj.getbuffer()[start:end]), (obj, None)
     if fs.protocol in ("s3", "s3a"):
-        bucket, obj_key, _ = fs._fs.split_path(key)
+        s3 = fs.fsspec_fs
+        bucket, obj_key, _ = s3.split_path(key)
         kw = {"IfMatch": tag} if tag is not None else {}
 
         async def get():
-            resp = await fs._fs._call_s3(
-                "get_object", Bucket=bucket, Key=obj_key, Range=f"bytes={start}-{end - 1}", **kw
-            )
+            resp = await s3._call_s3("get_object", Bucket=bucket, Key=obj_key, Range=f"bytes={start}-{end - 1}", **kw)
             try:
                 return await resp["Body"].read(), resp.get("ETag")
             finally:
                 resp["Body"].close()
 
-        try:
-            return fsspec.asyn.sync(fs._fs.loop, get)
-        except FileNotFoundError:
-            raise _ObjectChanged(path) from None
-        except Exception as e:
-            code = error_code(e)
-            if code in ("PreconditionFailed", "NoSuchKey", "404"):
+        with fs.failures(f"read [{start}, {end})", path, keep=(_ObjectChanged,)):
+            try:
+                return fsspec.asyn.sync(s3.loop, get)
+            except FileNotFoundError:
                 raise _ObjectChanged(path) from None
-            if code == "InvalidRange":
-                return b"", tag
-            raise fs._fail(f"read [{start}, {end})", path, e)
+            except Exception as e:
+                code = error_code(e)
+                if code in ("PreconditionFailed", "NoSuchKey", "404"):
+                    raise _ObjectChanged(path) from None
+                if code == "InvalidRange":
+                    return b"", tag
+                raise
     # other stores: the read, then a HEAD to check the version did not change under it
     data = fs.read(path, start, end)
     try:
-        info = fs._fs.info(key)
+        info = fs.fsspec_fs.info(key)
     except FileNotFoundError:
         raise _ObjectChanged(path) from None
     now = (info.get("ETag") or info.get("etag") or info.get("generation"), info.get("size"))
@@ -105,39 +138,38 @@ class PinnedObjectReader(FileReader):
     error naming the object, never with other bytes. No request is added to the reads themselves.
     """
 
-    def __init__(self, fs: LogFileSystem, path: str, version=None, size: int | None = None):
+    fs: VersionedObjectStore
+
+    def __init__(self, fs: VersionedObjectStore, path: str, version=None, size: int | None = None):
         super().__init__(fs, path)
         self._at = path  # the name reads go to: the path, or its .deleted twin
-        self._tag = version  # the pinned version: the one the last listing showed, else the first one read
+        self._tag: Any = version  # the pinned version: the one the last listing showed, else the first one read
         self._size = size if version is not None else None
-        self._twin_tag = None  # the version of the twin read from, once reads moved there
+        self._twin_tag: Any = None  # the version of the twin read from, once reads moved there
 
     def size(self) -> int:
         """The pinned version's size (no request when the listing gave it)."""
-        if self._size is None:
-            self._pin_by_info()
-        return self._size
+        return self._size if self._size is not None else self._pin_by_info()
 
-    def _pin_by_info(self) -> None:
+    def _pin_by_info(self) -> int:
         """The current version's size (one HEAD); pins that version unless one is pinned already (then a
         different current version reads as missing, so the caller looks for the twin)."""
         fs = self.fs
         pinned = self._tag
-        key = fs._norm(self._at)
-        if fs._backend.process_local:
-            with process_create_lock:
-                obj = getattr(fs._fs, "store", {}).get(key)
+        if fs.process_local:
+            obj = _memory_object(fs, fs.key(self._at))
             if obj is None or (pinned is not None and obj is not pinned[0]):
                 raise FileNotFoundError(errno.ENOENT, "open: not found (or replaced)", fs.url(self._at))
             self._tag, self._size = (obj, None), len(obj.getbuffer())
-            return
-        info = fs._info("size", self._at)
+            return self._size
+        info = fs.head(self._at, "size")
         tag = info.get("ETag") or info.get("etag")
         if fs.protocol not in ("s3", "s3a"):
             tag = (tag or info.get("generation"), info.get("size"))
         if pinned is not None and tag != pinned:
             raise FileNotFoundError(errno.ENOENT, "open: replaced since it was listed", fs.url(self._at))
         self._tag, self._size = tag, int(info["size"])
+        return self._size
 
     def read(self, start: int, end: int) -> bytes:
         end = int(end) if self._size is None else min(int(end), self._size)
@@ -184,20 +216,18 @@ class PinnedObjectReader(FileReader):
         """Whether `twin` holds the pinned version: the same bytes (memory store), the same plain MD5
         ETag, or, where an ETag is no content hash (multipart uploads), the same size. Pins it if so."""
         fs = self.fs
-        key = fs._norm(twin)
-        if fs._backend.process_local:
-            with process_create_lock:
-                obj = getattr(fs._fs, "store", {}).get(key)
+        key = fs.key(twin)
+        if fs.process_local:
+            obj = _memory_object(fs, key)
             if obj is None or obj.getbuffer() != self._tag[0].getbuffer():
                 return False
             self._twin_tag = (obj, None)
             return True
         try:
-            info = fs._fs.info(key)
+            with fs.failures("open", twin):
+                info = fs.fsspec_fs.info(key)
         except FileNotFoundError:
             return False
-        except Exception as e:
-            raise fs._fail("open", twin, e)
         size = int(info.get("size") or 0)
         tag = info.get("ETag") or info.get("etag")
         pinned = self._tag if fs.protocol in ("s3", "s3a") else self._tag[0]

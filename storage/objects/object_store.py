@@ -12,18 +12,18 @@ import errno
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import fsspec
 import fsspec.asyn
 from fsspec.core import url_to_fs
 
 from ..errors import KafkaStorageError
-from ..filesystem import Appender, Capabilities, FileInfo, LogFileSystem
-from ..storage_options import redact_text, redact_url, safe_repr
-from .object_reader import PinnedObjectReader, error_code, plain_md5_etag, process_create_lock
+from ..fs.filesystem import Appender, Capabilities, FileInfo
+from ..fs.storage_options import redact_text, redact_url, safe_repr
+from .object_reader import PinnedObjectReader, VersionedObjectStore, error_code, plain_md5_etag, process_create_lock
 
 # How long a listing may be served from the cache (seconds). None: until this instance writes under it.
 DEFAULT_LISTING_TTL = 5.0
@@ -60,7 +60,7 @@ def _protocol_of(fs: fsspec.AbstractFileSystem) -> str:
     return p[0] if isinstance(p, (tuple, list)) else p
 
 
-class ObjectStoreFileSystem(LogFileSystem):
+class ObjectStoreFileSystem(VersionedObjectStore):
     """LogFileSystem over any fsspec AbstractFileSystem that behaves like an object store.
 
     - read(path, start, end) is one ranged GET; no whole-object reads for ranges, no read-ahead.
@@ -85,12 +85,13 @@ class ObjectStoreFileSystem(LogFileSystem):
         atomic_create: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self._fs = fs
+        self.fsspec_fs = fs
         self.protocol = _protocol_of(fs)
         backend = _BACKENDS.get(self.protocol, _UNKNOWN)
         if atomic_create is not None:
             backend = _Backend(atomic_create, backend.touch_existing, backend.process_local, backend.one_list)
         self._backend = backend
+        self.process_local = backend.process_local
         self.capabilities = Capabilities(
             append=False,
             atomic_rename=False,
@@ -121,12 +122,12 @@ class ObjectStoreFileSystem(LogFileSystem):
             hint = " (pip install 'kafkalog-ds[s3]')" if protocol in ("s3", "s3a") else ""
             raise KafkaStorageError(
                 f"log dir {shown}: filesystem {protocol!r} needs a package that is not "
-                f"installed: {redact_text(e, opts)}{hint}"
+                f"installed: {redact_text(str(e), opts)}{hint}"
             ) from None
         except (ValueError, TypeError, OSError) as e:  # OSError: e.g. hdfs:// without libjvm / libhdfs
             raise KafkaStorageError(
                 f"log dir {shown}: cannot open filesystem {protocol!r} with storage options "
-                f"{safe_repr(opts)}: {_first_line(redact_text(e, opts))}"
+                f"{safe_repr(opts)}: {_first_line(redact_text(str(e), opts))}"
             ) from None
         return cls(fs, storage_options=opts, **kwargs), path.rstrip("/")
 
@@ -134,29 +135,43 @@ class ObjectStoreFileSystem(LogFileSystem):
         return f"ObjectStoreFileSystem({self.protocol!r}, {self.capabilities})"
 
     def __reduce__(self):  # ships to Spark executors without the cache or its lock
-        return (_restore, (self._fs, self._options, self._ttl, self._backend.atomic_create))
+        return (_restore, (self.fsspec_fs, self._options, self._ttl, self._backend.atomic_create))
 
     # ------------------------------------------------------------------ names and errors
 
-    def _norm(self, path: str) -> str:
-        return self._fs._strip_protocol(path).rstrip("/")
+    def key(self, path: str) -> str:
+        """The object key (or key prefix) a path names."""
+        return self.fsspec_fs._strip_protocol(path).rstrip("/")
 
     def url(self, path: str) -> str:
-        return redact_text(redact_url(f"{self.protocol}://{self._norm(path)}"), self._options)
+        return redact_text(redact_url(f"{self.protocol}://{self.key(path)}"), self._options)
 
-    def _fail(self, op: str, path: str, exc: BaseException) -> BaseException:
-        """The error to raise for a failed backend call: names the object, never a credential."""
+    @contextlib.contextmanager
+    def failures(self, op: str, path: str, *, keep: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        """Backend failures inside become errors naming the object, never a credential: FileNotFoundError
+        for a missing object, KafkaStorageError for anything else. KafkaStorageError (which already names
+        its object) and the types in `keep` pass unchanged."""
+        try:
+            yield
+        except KafkaStorageError:
+            raise
+        except keep:
+            raise
+        except Exception as e:
+            err, cause = self._failure(op, path, e)
+            raise err from cause
+
+    def _failure(self, op: str, path: str, exc: BaseException) -> tuple[BaseException, BaseException | None]:
+        """The error to raise for a failed backend call, and the cause to chain it to: none when the
+        backend's message held a secret, so that message is never shown."""
         raw = str(exc) or type(exc).__name__
         text = redact_text(raw, self._options)
+        err: BaseException
         if isinstance(exc, FileNotFoundError):
-            err: BaseException = FileNotFoundError(errno.ENOENT, f"{op}: not found", self.url(path))
+            err = FileNotFoundError(errno.ENOENT, f"{op}: not found", self.url(path))
         else:
             err = KafkaStorageError(f"{self.url(path)}: {op} failed: {text}")
-        if text != raw:
-            err.__suppress_context__ = True  # the original message held a secret: do not show it
-        else:
-            err.__cause__ = exc
-        return err
+        return err, (exc if text == raw else None)
 
     # ------------------------------------------------------------------ listing cache
 
@@ -180,7 +195,7 @@ class ObjectStoreFileSystem(LogFileSystem):
             if path is None:
                 self._listings.clear()
                 return
-            key = self._norm(path)
+            key = self.key(path)
             below = key + "/"
             for k in [k for k in self._listings if k == key or k.startswith(below)]:
                 del self._listings[k]
@@ -195,40 +210,39 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     def _wrote(self, path: str) -> None:
         with self._cache_guard:
-            self._versions.pop(self._norm(path), None)  # our own write: the listed version is not current
-            self._forget_parents(self._norm(path))
+            self._versions.pop(self.key(path), None)  # our own write: the listed version is not current
+            self._forget_parents(self.key(path))
 
     # ------------------------------------------------------------------ reads
 
     def listdir(self, path):
-        key = self._norm(path)
+        key = self.key(path)
         hit = self._cached(key)
         if hit is not None:
             return list(hit)
         try:
-            lsdir = getattr(self._fs, "_lsdir", None) if self._backend.one_list else None
-            if lsdir is not None:  # one paginated LIST with delimiter '/', whatever the prefix holds
-                entries = fsspec.asyn.sync(self._fs.loop, lsdir, key, refresh=True)
-            else:
-                entries = self._ls(key)
+            with self.failures("list", path):
+                lsdir = getattr(self.fsspec_fs, "_lsdir", None) if self._backend.one_list else None
+                if lsdir is not None:  # one paginated LIST with delimiter '/', whatever the prefix holds
+                    entries = fsspec.asyn.sync(self.fsspec_fs.loop, lsdir, key, refresh=True)
+                else:
+                    entries = self._ls(key)
         except FileNotFoundError:
             entries = []
-        except Exception as e:
-            raise self._fail("list", path, e)
         out = []
-        store = getattr(self._fs, "store", None) if self._backend.process_local else None
+        store = getattr(self.fsspec_fs, "store", None) if self.process_local else None
         versions = {}
-        for e in entries:
-            name = self._fs._strip_protocol(e["name"]).rstrip("/")
+        for entry in entries:
+            name = self.fsspec_fs._strip_protocol(entry["name"]).rstrip("/")
             if name == key:  # the object itself (a file, or a zero-byte "dir marker")
                 continue
-            out.append(FileInfo(self.basename(name), int(e.get("size") or 0), e.get("type") == "directory"))
+            out.append(FileInfo(self.basename(name), int(entry.get("size") or 0), entry.get("type") == "directory"))
             if store is not None:
                 obj = store.get(name)
                 if obj is not None:
                     versions[name] = ((obj, None), len(obj.getbuffer()))
-            elif self.protocol in ("s3", "s3a") and e.get("ETag"):
-                versions[name] = (e["ETag"], int(e.get("size") or 0))
+            elif self.protocol in ("s3", "s3a") and entry.get("ETag"):
+                versions[name] = (entry["ETag"], int(entry.get("size") or 0))
         with self._cache_guard:  # the version each listed object had: readers opened from it read that one
             self._versions.update(versions)
         if self._ttl is None or self._ttl > 0:
@@ -241,15 +255,15 @@ class ObjectStoreFileSystem(LogFileSystem):
         an object deleted mid-walk makes it fail, so it is walked again (a real store's LIST is one request)."""
         for attempt in range(20):
             try:
-                return self._fs.ls(key, detail=True, refresh=True)
+                return self.fsspec_fs.ls(key, detail=True, refresh=True)
             except (KeyError, RuntimeError):
-                if not self._backend.process_local or attempt == 19:
+                if not self.process_local or attempt == 19:
                     raise
         return []  # not reached
 
-    def _from_parent_listing(self, path: str) -> FileInfo | None | bool:
+    def _from_parent_listing(self, path: str) -> FileInfo | None | Literal[False]:
         """The cached parent listing's entry for path, None if absent there, False if nothing is cached."""
-        key = self._norm(path)
+        key = self.key(path)
         parent = self.dirname(key)
         hit = self._cached(parent) if parent and parent != key else None
         if hit is None:
@@ -261,31 +275,28 @@ class ObjectStoreFileSystem(LogFileSystem):
         entry = self._from_parent_listing(path)
         if entry is not False:
             return entry is not None
-        try:
-            return bool(self._fs.exists(self._norm(path)))
-        except Exception as e:
-            raise self._fail("exists", path, e)
+        with self.failures("exists", path):
+            return bool(self.fsspec_fs.exists(self.key(path)))
 
     def isdir(self, path):
         entry = self._from_parent_listing(path)
         if entry is not False:
             return entry is not None and entry.is_dir
-        try:
-            return bool(self._fs.isdir(self._norm(path)))
-        except Exception as e:
-            raise self._fail("isdir", path, e)
+        with self.failures("isdir", path):
+            return bool(self.fsspec_fs.isdir(self.key(path)))
 
-    def _info(self, op: str, path: str) -> dict:
-        try:
-            info = self._fs.info(self._norm(path))
-        except Exception as e:
-            raise self._fail(op, path, e)
+    def head(self, path: str, op: str) -> dict:
+        """The object's metadata (one HEAD), for operation `op`; FileNotFoundError when there is no
+        object (a prefix is none)."""
+        with self.failures(op, path):
+            info = self.fsspec_fs.info(self.key(path))
         if info.get("type") == "directory":
-            raise self._fail(op, path, FileNotFoundError(path))
+            err, cause = self._failure(op, path, FileNotFoundError(path))
+            raise err from cause
         return info
 
     def size(self, path):
-        return int(self._info("size", path)["size"])
+        return int(self.head(path, "size")["size"])
 
     def read(self, path, start=0, end=None):
         """Bytes [start, end) of an object with one ranged GET (an empty range makes no request)."""
@@ -294,24 +305,23 @@ class ObjectStoreFileSystem(LogFileSystem):
             raise KafkaStorageError(f"{self.url(path)}: read range [{start}, {end}) is negative")
         if end is not None and int(end) <= start:
             return b""  # an inverted Range header is ignored by S3, which would send the whole object
-        try:
-            data = self._fs.cat_file(self._norm(path), start=start, end=None if end is None else int(end))
-        except Exception as e:
-            if error_code(e) == "InvalidRange":  # 416: start is at or past the end
-                return b""
-            raise self._fail(f"read [{start}, {end})", path, e)
+        with self.failures(f"read [{start}, {end})", path):
+            try:
+                data = self.fsspec_fs.cat_file(self.key(path), start=start, end=None if end is None else int(end))
+            except Exception as e:
+                if error_code(e) != "InvalidRange":
+                    raise
+                return b""  # 416: start is at or past the end
         if end is not None and len(data) > int(end) - start:  # a store that ignored Range: keep the contract
             data = data[: int(end) - start]
         return bytes(data)
 
     def modified_ms(self, path):
-        info = self._info("modified_ms", path)
+        info = self.head(path, "modified_ms")
         stamp = info.get("LastModified") or info.get("mtime") or info.get("last_modified")
         if stamp is None:
-            try:
-                stamp = self._fs.modified(self._norm(path))
-            except Exception as e:
-                raise self._fail("modified_ms", path, e)
+            with self.failures("modified_ms", path):
+                stamp = self.fsspec_fs.modified(self.key(path))
         if hasattr(stamp, "timestamp"):
             return int(stamp.timestamp() * 1000)
         return int(float(stamp) * 1000)
@@ -321,27 +331,28 @@ class ObjectStoreFileSystem(LogFileSystem):
         if not self.exists(path):
             raise FileNotFoundError(errno.ENOENT, "open: not found", self.url(path))
         with self._cache_guard:
-            tag, size = self._versions.get(self._norm(path), (None, None))
+            tag, size = self._versions.get(self.key(path), (None, None))
         return PinnedObjectReader(self, path, tag, size)
 
     def modified_times(self, path, names=None) -> dict[str, int]:
         """{name: modification time in ms} of the objects directly under `path` (those in `names` when
         given), from one fresh LIST."""
-        key = self._norm(path)
+        key = self.key(path)
         try:
-            entries = self._ls(key)
+            with self.failures("list", path):
+                entries = self._ls(key)
         except FileNotFoundError:
             return {}
-        except Exception as e:
-            raise self._fail("list", path, e)
         out = {}
-        for e in entries:
-            if e.get("type") == "directory":
+        for entry in entries:
+            if entry.get("type") == "directory":
                 continue
-            stamp = e.get("LastModified") or e.get("mtime") or e.get("last_modified") or e.get("created")
+            stamp = (
+                entry.get("LastModified") or entry.get("mtime") or entry.get("last_modified") or entry.get("created")
+            )
             if stamp is None:
                 continue
-            out[self.basename(self._fs._strip_protocol(e["name"]))] = (
+            out[self.basename(self.fsspec_fs._strip_protocol(entry["name"]))] = (
                 int(stamp.timestamp() * 1000) if hasattr(stamp, "timestamp") else int(float(stamp) * 1000)
             )
         if names is not None:
@@ -353,7 +364,7 @@ class ObjectStoreFileSystem(LogFileSystem):
         """Whether two objects hold the same bytes: sizes, then plain MD5 ETags when both have one
         (two HEADs), else the bytes."""
         try:
-            ia, ib = self._fs.info(self._norm(a)), self._fs.info(self._norm(b))
+            ia, ib = self.fsspec_fs.info(self.key(a)), self.fsspec_fs.info(self.key(b))
             if int(ia.get("size") or 0) != int(ib.get("size") or 0):
                 return False
             ta, tb = plain_md5_etag(ia.get("ETag") or ia.get("etag")), plain_md5_etag(ib.get("ETag") or ib.get("etag"))
@@ -365,19 +376,18 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     def delete_many(self, paths) -> None:
         """Delete objects (missing ones are fine) with batched requests (S3: DeleteObjects, 1000 a call)."""
-        keys = [self._norm(p) for p in paths]
+        keys = [self.key(p) for p in paths]
         if not keys:
             return
         try:
-            if len(keys) == 1:
-                self._fs.rm_file(keys[0])
-            else:
-                self._fs.rm(keys)
+            with self.failures(f"delete of {len(keys)} objects", paths[0]):
+                if len(keys) == 1:
+                    self.fsspec_fs.rm_file(keys[0])
+                else:
+                    self.fsspec_fs.rm(keys)
         except FileNotFoundError:
             for k in keys:  # a backend that refuses a batch with a missing key: one by one
                 self.delete(k)
-        except Exception as e:
-            raise self._fail(f"delete of {len(keys)} objects", paths[0], e)
         finally:
             for p in paths:
                 self._wrote(p)
@@ -386,19 +396,18 @@ class ObjectStoreFileSystem(LogFileSystem):
         """Server-side copy (S3 CopyObject): dst appears whole, with a fresh modification time.
         S3: one CopyObject, no HEAD first (segment objects are < 2 GiB, far below its 5 GB limit)."""
         try:
-            basic = getattr(self._fs, "_copy_basic", None) if self.protocol in ("s3", "s3a") else None
-            if basic is not None:
-                try:
-                    fsspec.asyn.sync(self._fs.loop, basic, self._norm(src), self._norm(dst))
-                    return
-                except FileNotFoundError:
-                    raise
-                except Exception as e:  # e.g. larger than a single CopyObject takes: the managed copy
-                    if error_code(e) in ("NoSuchKey", "404"):
-                        raise FileNotFoundError(src) from None
-            self._fs.cp_file(self._norm(src), self._norm(dst))
-        except Exception as e:
-            raise self._fail(f"copy to {self.url(dst)}", src, e)
+            with self.failures(f"copy to {self.url(dst)}", src):
+                basic = getattr(self.fsspec_fs, "_copy_basic", None) if self.protocol in ("s3", "s3a") else None
+                if basic is not None:
+                    try:
+                        fsspec.asyn.sync(self.fsspec_fs.loop, basic, self.key(src), self.key(dst))
+                        return
+                    except FileNotFoundError:
+                        raise
+                    except Exception as e:  # e.g. larger than a single CopyObject takes: the managed copy
+                        if error_code(e) in ("NoSuchKey", "404"):
+                            raise FileNotFoundError(src) from None
+                self.fsspec_fs.cp_file(self.key(src), self.key(dst))
         finally:
             self._wrote(dst)
 
@@ -407,9 +416,8 @@ class ObjectStoreFileSystem(LogFileSystem):
     def write_atomic(self, path, data, *, durable=True):
         """Replace the object with one PUT: readers see the old or the new bytes, never a mix."""
         try:
-            self._fs.pipe_file(self._norm(path), bytes(data))
-        except Exception as e:
-            raise self._fail("write", path, e)
+            with self.failures("write", path):
+                self.fsspec_fs.pipe_file(self.key(path), bytes(data))
         finally:
             self._wrote(path)
 
@@ -428,37 +436,44 @@ class ObjectStoreFileSystem(LogFileSystem):
         data = bytes(data)
         try:
             for attempt in range(_CONFLICT_RETRIES):
-                try:
-                    self._put_if_absent(self._norm(path), data)
-                    return True
-                except FileExistsError:
-                    return self._holds(path, data)
-                except Exception as e:
-                    code = error_code(e)
-                    if code == "PreconditionFailed":  # a 412 translated without its Condition
-                        return self._holds(path, data)
-                    if code != "ConditionalRequestConflict" or attempt + 1 == _CONFLICT_RETRIES:
-                        raise self._fail("create", path, e)
-                    time.sleep(0.05 * 2**attempt)
+                created = self._put_if_absent(path, data, retry=attempt + 1 < _CONFLICT_RETRIES)
+                if created is not None:
+                    return created or self._holds(path, data)
+                time.sleep(0.05 * 2**attempt)
             return False  # not reached: the last attempt returns or raises
         finally:
             self._wrote(path)
 
-    def _put_if_absent(self, key: str, data: bytes) -> None:
-        if self._backend.process_local:  # fsspec's memory store checks then sets: make that one step
-            with process_create_lock:
-                self._fs.pipe_file(key, data, mode="create")
-        else:
-            self._fs.pipe_file(key, data, mode="create")
+    def _put_if_absent(self, path: str, data: bytes, *, retry: bool) -> bool | None:
+        """One create-only PUT: True when it made the object, False when the name is taken, None when
+        another conditional write was in flight (S3 409 ConditionalRequestConflict) and `retry` allows
+        another attempt."""
+        key = self.key(path)
+        with self.failures("create", path):
+            try:
+                if self.process_local:  # fsspec's memory store checks then sets: make that one step
+                    with process_create_lock:
+                        self.fsspec_fs.pipe_file(key, data, mode="create")
+                else:
+                    self.fsspec_fs.pipe_file(key, data, mode="create")
+                return True
+            except FileExistsError:
+                return False
+            except Exception as e:
+                code = error_code(e)
+                if code == "PreconditionFailed":  # a 412 translated without its Condition
+                    return False
+                if code == "ConditionalRequestConflict" and retry:
+                    return None
+                raise
 
     def _holds(self, path: str, data: bytes) -> bool:
         """Whether the existing object is byte-identical to data (ETag = MD5 for single-part PUTs)."""
         try:
-            info = self._fs.info(self._norm(path))
+            with self.failures("create (checking the existing object)", path):
+                info = self.fsspec_fs.info(self.key(path))
         except FileNotFoundError:
             return False  # deleted again meanwhile: it was another writer's
-        except Exception as e:
-            raise self._fail("create (checking the existing object)", path, e)
         if int(info.get("size") or 0) != len(data):
             return False
         etag = plain_md5_etag(info.get("ETag") or info.get("etag"))
@@ -468,45 +483,48 @@ class ObjectStoreFileSystem(LogFileSystem):
 
     def delete(self, path, *, missing_ok=True):
         try:
-            if not missing_ok and not self._fs.exists(self._norm(path)):  # S3 "deletes" a missing key
-                raise FileNotFoundError(path)
-            self._fs.rm_file(self._norm(path))
-        except FileNotFoundError as e:
+            with self.failures("delete", path):
+                if not missing_ok and not self.fsspec_fs.exists(self.key(path)):  # S3 "deletes" a missing key
+                    raise FileNotFoundError(path)
+                self.fsspec_fs.rm_file(self.key(path))
+        except FileNotFoundError:
             if not missing_ok:
-                raise self._fail("delete", path, e)
-        except Exception as e:
-            raise self._fail("delete", path, e)
+                raise
         finally:
             self._wrote(path)
 
     def delete_dir(self, path):
         """Delete every object under the prefix `path/` (batched DeleteObjects); checks none is left."""
-        key = self._norm(path)
-        below = key + "/"
+        key = self.key(path)
         try:
-            try:
-                keys = [k for k in self._fs.find(key, withdirs=False) if self._fs._strip_protocol(k).startswith(below)]
-            except FileNotFoundError:
-                keys = []
-            if keys:
-                self._fs.rm(keys)
-            left = [k for k in self._fs.find(key, withdirs=False) if self._fs._strip_protocol(k).startswith(below)]
+            with self.failures("delete_dir", path):
+                try:
+                    keys = self._keys_below(key)
+                except FileNotFoundError:
+                    keys = []
+                if keys:
+                    self.fsspec_fs.rm(keys)
+                left = self._keys_below(key)
         except FileNotFoundError:
             left = []
-        except Exception as e:
-            raise self._fail("delete_dir", path, e)
         finally:
             self.invalidate_listings(path)
             self._wrote(path)  # the prefix is gone from the listings above it too
         if left:
             raise KafkaStorageError(f"{self.url(path)}: delete_dir left {len(left)} objects, e.g. {self.url(left[0])}")
 
+    def _keys_below(self, key: str) -> list[str]:
+        """Every object key under the prefix `key/`."""
+        below = key + "/"
+        return [
+            k for k in self.fsspec_fs.find(key, withdirs=False) if self.fsspec_fs._strip_protocol(k).startswith(below)
+        ]
+
     def rename(self, src, dst):
         """Copy then delete (not atomic: after a crash both names may exist; dst itself appears whole)."""
         try:
-            self._fs.cp_file(self._norm(src), self._norm(dst))
-        except Exception as e:
-            raise self._fail(f"rename to {self.url(dst)}", src, e)
+            with self.failures(f"rename to {self.url(dst)}", src):
+                self.fsspec_fs.cp_file(self.key(src), self.key(dst))
         finally:
             self._wrote(dst)
         self.delete(src)
@@ -517,22 +535,19 @@ class ObjectStoreFileSystem(LogFileSystem):
         S3: a server-side copy onto itself (no bytes move). Stores without such a copy refuse: the
         engine keeps times it needs inside the data (e.g. delete horizons in batches), not in mtimes.
         """
-        key = self._norm(path)
+        key = self.key(path)
         try:
-            if not self._fs.exists(key):
-                raise FileNotFoundError(key)
-            if self._backend.touch_existing == "copy":
-                self._fs.cp_file(key, key, MetadataDirective="REPLACE")
-            elif self._backend.touch_existing == "rewrite":
-                self._fs.pipe_file(key, self._fs.cat_file(key))
-            else:
-                raise KafkaStorageError(
-                    f"{self.url(path)}: cannot set the modification time of an existing object on {self.protocol}"
-                )
-        except KafkaStorageError:
-            raise
-        except Exception as e:
-            raise self._fail("touch", path, e)
+            with self.failures("touch", path):
+                if not self.fsspec_fs.exists(key):
+                    raise FileNotFoundError(key)
+                if self._backend.touch_existing == "copy":
+                    self.fsspec_fs.cp_file(key, key, MetadataDirective="REPLACE")
+                elif self._backend.touch_existing == "rewrite":
+                    self.fsspec_fs.pipe_file(key, self.fsspec_fs.cat_file(key))
+                else:
+                    raise KafkaStorageError(
+                        f"{self.url(path)}: cannot set the modification time of an existing object on {self.protocol}"
+                    )
         finally:
             self._wrote(path)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
-from .errors import CorruptCheckpointError
-from .filesystem import LogFileSystem
-from .topic_partition import TopicPartition, topic_name_problem
+from ..common.constants import INT32_MAX, INT64_MAX, INT64_MIN
+from ..errors import CorruptCheckpointError
+from ..fs.filesystem import LogFileSystem
+from ..topic_partition import TopicPartition, topic_name_problem
 
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"

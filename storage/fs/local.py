@@ -1,7 +1,8 @@
-"""The filesystems that hold a log in place: POSIX local disk, and fsspec's memory store for tests.
+"""POSIX local disk, the filesystem Kafka's own log lives on.
 
-Both have append, atomic rename, exclusive create and locks, so logs on them use Kafka's own protocol
-(appends under a partition lock, renames for swaps); object stores are in storage/objects/.
+It has append, atomic rename, exclusive create, locks and fsync, so logs on it use Kafka's own protocol
+(appends under a partition lock, renames for swaps); memory.py is the same for tests, object stores are
+in storage/objects/.
 """
 
 from __future__ import annotations
@@ -17,17 +18,15 @@ import uuid
 
 import fsspec
 
-from .errors import KafkaStorageError, LogLockedError
+from ..errors import KafkaStorageError, LogLockedError
 from .filesystem import Appender, Capabilities, FileInfo, FileReader, FileVersion, LogFileSystem
-from .local_mounts import check_lockable
-
-# ---------------------------------------------------------------- local disk
+from .mounts import check_lockable
 
 
 def _os_errors(fn):
-    """OSErrors of a local-disk call become KafkaStorageError naming the file (ELOOP, EIO, EACCES, a
-    directory where a file should be, ...). FileNotFoundError stays as it is: callers handle a file
-    that vanished between a listing and an open as the expected race it is."""
+    """Decorates each local-disk method: its OSErrors become KafkaStorageError naming the file (ELOOP, EIO,
+    EACCES, a directory where a file should be, ...). FileNotFoundError stays as it is: callers handle a
+    file that vanished between a listing and an open as the expected race it is."""
 
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
@@ -44,20 +43,17 @@ def _os_errors(fn):
     return wrapper
 
 
-def _wrap_methods(cls, names):
-    for name in names:
-        setattr(cls, name, _os_errors(getattr(cls, name)))
-    return cls
-
-
 class _LocalReader(FileReader):
+    @_os_errors
     def __init__(self, fs, path: str):
         super().__init__(fs, path)
         self._fd = os.open(path, os.O_RDONLY)
 
+    @_os_errors
     def size(self) -> int:
         return os.fstat(self._fd).st_size
 
+    @_os_errors
     def read(self, start: int, end: int) -> bytes:
         if self._fd < 0:
             raise ValueError(f"reader of {self.path} is closed")
@@ -109,6 +105,7 @@ class _LocalAppender(Appender):
         self._direct = bulk and bool(getattr(os, "O_DIRECT", 0)) and hasattr(os, "pwritev")
         self._direct_fd = -1
 
+    @_os_errors
     def write(self, data) -> None:
         view = memoryview(data).cast("B")
         if self._direct and view.nbytes >= DIRECT_MIN_WRITE and self._write_direct(view):
@@ -163,11 +160,13 @@ class _LocalAppender(Appender):
             self._size += n
         return True
 
+    @_os_errors
     def flush(self, fsync: bool = True) -> None:
         if fsync and self._unsynced:  # one fsync per file that changed, however many flushes ask for it
             os.fsync(self._fd)
             self._unsynced = False
 
+    @_os_errors
     def truncate(self, size: int) -> None:
         os.ftruncate(self._fd, size)
         self._size = size
@@ -198,9 +197,11 @@ class LocalFileSystem(LogFileSystem):
     def exists(self, path):
         return os.path.exists(path)
 
+    @_os_errors
     def isdir(self, path):
         return os.path.isdir(path)
 
+    @_os_errors
     def listdir(self, path):
         try:
             with os.scandir(path) as it:
@@ -218,6 +219,7 @@ class LocalFileSystem(LogFileSystem):
         except FileNotFoundError:
             return []
 
+    @_os_errors
     def size(self, path):
         return os.path.getsize(path)
 
@@ -228,6 +230,7 @@ class LocalFileSystem(LogFileSystem):
             return None
         return FileVersion(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
+    @_os_errors
     def modified_times(self, path, names=None):
         wanted = None if names is None else set(names)
         out = {}
@@ -245,17 +248,21 @@ class LocalFileSystem(LogFileSystem):
             pass
         return out
 
+    @_os_errors
     def read(self, path, start=0, end=None):
         with open(path, "rb") as f:
             f.seek(start)
             return f.read(-1 if end is None else max(0, end - start))
 
+    @_os_errors
     def modified_ms(self, path):
         return int(os.stat(path).st_mtime * 1000)
 
+    @_os_errors
     def open_reader(self, path):
         return _LocalReader(self, path)
 
+    @_os_errors
     def touch(self, path):
         os.utime(path)
 
@@ -270,11 +277,13 @@ class LocalFileSystem(LogFileSystem):
                 os.fsync(f.fileno())
         return tmp
 
+    @_os_errors
     def write_atomic(self, path, data, *, durable=True):
         os.replace(self._temp_copy(path, data, durable), path)
         if durable:
             self.sync_dir(os.path.dirname(path) or ".")
 
+    @_os_errors
     def create_exclusive(self, path, data, *, durable=True):
         """O_EXCL for an empty file; otherwise the bytes go to a temp file first and link(2) publishes it,
         which fails if the name exists: a reader never sees the file before all of its bytes."""
@@ -296,6 +305,7 @@ class LocalFileSystem(LogFileSystem):
     def open_appender(self, path, *, create=True, bulk=False):
         return _LocalAppender(path, create, bulk)
 
+    @_os_errors
     def write_at(self, path, positions, data, *, durable=True):
         width = len(data) // max(1, len(positions))
         fd = os.open(path, os.O_WRONLY)
@@ -311,12 +321,15 @@ class LocalFileSystem(LogFileSystem):
         finally:
             os.close(fd)
 
+    @_os_errors
     def truncate(self, path, size):
         os.truncate(path, size)
 
+    @_os_errors
     def rename(self, src, dst):
         os.replace(src, dst)
 
+    @_os_errors
     def delete(self, path, *, missing_ok=True):
         try:
             os.remove(path)
@@ -324,13 +337,16 @@ class LocalFileSystem(LogFileSystem):
             if not missing_ok:
                 raise
 
+    @_os_errors
     def delete_dir(self, path):
         if os.path.isdir(path):
             self._fs.rm(path, recursive=True)
 
+    @_os_errors
     def mkdirs(self, path):
         os.makedirs(path, exist_ok=True)
 
+    @_os_errors
     def sync_dir(self, path):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -357,177 +373,3 @@ class LocalFileSystem(LogFileSystem):
             yield
         finally:
             os.close(fd)  # closing releases the flock
-
-
-# ---------------------------------------------------------------- fsspec memory (tests)
-
-
-class _MemoryAppender(Appender):
-    def __init__(self, fs: MemoryFileSystem, path: str, create: bool):
-        if not fs._fs.exists(path):
-            if not create:
-                raise KafkaStorageError(f"cannot open {path} for append: no such file")
-            fs._fs.pipe_file(path, b"")
-        self._fs = fs
-        self._path = path
-
-    def write(self, data) -> None:
-        with self._fs._fs.open(self._path, "ab") as f:
-            f.write(bytes(data))
-
-    def flush(self, fsync: bool = True) -> None:
-        pass
-
-    def truncate(self, size: int) -> None:
-        self._fs.truncate(self._path, size)
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def size(self) -> int:
-        return self._fs.size(self._path)
-
-
-_memory_locks: dict[str, threading.Lock] = {}
-_memory_locks_guard = threading.Lock()
-_memory_touched: dict[str, int] = {}  # modification marks (fsspec's memory store keeps creation time only)
-
-
-class MemoryFileSystem(LogFileSystem):
-    """fsspec's process-wide memory store, for fast unit tests. Locks are per process."""
-
-    capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=False)
-    protocol = "memory"
-
-    def __init__(self):
-        self._fs = fsspec.filesystem("memory")
-        self._guard = threading.Lock()
-        self._touched = _memory_touched
-
-    def url(self, path):
-        return f"memory://{path}"
-
-    def _norm(self, path: str) -> str:
-        return self._fs._strip_protocol(path)
-
-    def exists(self, path):
-        return self._fs.exists(path)
-
-    def isdir(self, path):
-        return self._fs.isdir(path)
-
-    def listdir(self, path):
-        if not self._fs.isdir(path):
-            return []
-        out = []
-        for entry in self._fs.ls(path, detail=True):
-            out.append(
-                FileInfo(self.basename(entry["name"]), int(entry.get("size") or 0), entry["type"] == "directory")
-            )
-        return out
-
-    def size(self, path):
-        return int(self._fs.size(path))
-
-    def read(self, path, start=0, end=None):
-        return self._fs.cat_file(path, start=start, end=end)
-
-    def modified_ms(self, path):
-        key = self._norm(path)
-        if key in self._touched:
-            return self._touched[key]
-        created = self._fs.info(path).get("created")
-        return int(created.timestamp() * 1000) if created is not None else int(time.time() * 1000)
-
-    def touch(self, path):
-        self._touched[self._norm(path)] = int(time.time() * 1000)
-
-    def write_atomic(self, path, data, *, durable=True):
-        self._fs.pipe_file(path, bytes(data))
-
-    def create_exclusive(self, path, data, *, durable=True):
-        with self._guard:
-            if self._fs.exists(path):
-                return False
-            self._fs.pipe_file(path, bytes(data))
-            return True
-
-    def open_appender(self, path, *, create=True, bulk=False):
-        return _MemoryAppender(self, path, create)
-
-    def write_at(self, path, positions, data, *, durable=True):
-        width = len(data) // max(1, len(positions))
-        with self._guard:
-            buf = bytearray(self._fs.cat_file(path))
-            for i, pos in enumerate(positions):
-                if int(pos) + width > len(buf):
-                    raise KafkaStorageError(f"{self.url(path)}: write_at {int(pos)} is past the end ({len(buf)})")
-                buf[int(pos) : int(pos) + width] = data[i * width : (i + 1) * width]
-            self._fs.pipe_file(path, bytes(buf))
-
-    def truncate(self, path, size):
-        with self._guard:
-            data = self._fs.cat_file(path)
-            self._fs.pipe_file(path, data[:size] + b"\0" * max(0, size - len(data)))
-
-    def rename(self, src, dst):
-        with self._guard:
-            data = self._fs.cat_file(src)
-            self._fs.pipe_file(dst, data)
-            self._fs.rm_file(src)
-
-    def delete(self, path, *, missing_ok=True):
-        try:
-            self._fs.rm_file(path)
-        except FileNotFoundError:
-            if not missing_ok:
-                raise
-
-    def delete_dir(self, path):
-        if self._fs.exists(path):
-            self._fs.rm(path, recursive=True)
-
-    def mkdirs(self, path):
-        self._fs.makedirs(path, exist_ok=True)
-
-    def sync_dir(self, path):
-        pass
-
-    @contextlib.contextmanager
-    def lock(self, path, *, timeout=None):
-        key = self._norm(path)
-        with _memory_locks_guard:
-            lk = _memory_locks.setdefault(key, threading.Lock())
-        if not lk.acquire(timeout=-1 if timeout is None else timeout):
-            raise LogLockedError(f"{self.url(path)} is locked")
-        try:
-            yield
-        finally:
-            lk.release()
-
-
-_wrap_methods(_LocalReader, ("__init__", "size", "read"))
-_wrap_methods(_LocalAppender, ("write", "flush", "truncate"))
-_wrap_methods(
-    LocalFileSystem,
-    (
-        "isdir",
-        "listdir",
-        "size",
-        "modified_times",
-        "read",
-        "modified_ms",
-        "open_reader",
-        "touch",
-        "write_atomic",
-        "create_exclusive",
-        "write_at",
-        "truncate",
-        "rename",
-        "delete",
-        "delete_dir",
-        "mkdirs",
-        "sync_dir",
-    ),
-)

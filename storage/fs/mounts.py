@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .errors import KafkaStorageError
+from ..errors import KafkaStorageError
 
 MOUNTINFO = "/proc/self/mountinfo"
 OBJECT_STORE_FUSE = ("s3fs", "gcsfuse", "goofys", "mountpoint-s3", "rclone", "blobfuse", "blobfuse2")
@@ -106,7 +106,9 @@ def _find_problem(path: str) -> str | None:
         return None  # not Linux: nothing to tell from
     m = mount_of(path, mounts)
     reason = unsafe_reason(m) if m is not None else None
-    return None if reason is None else f"{m.point} ({m.fstype} {m.source}) is {reason}"
+    if m is None or reason is None:
+        return None
+    return f"{m.point} ({m.fstype} {m.source}) is {reason}"
 
 
 def check_lockable(path: str) -> None:

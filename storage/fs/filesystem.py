@@ -2,8 +2,8 @@
 
 Implementations declare what they can do (append, atomic rename, exclusive create, locks) so the
 log code chooses a protocol by capability, never by URL scheme. Paths are '/'-separated strings.
-The seam knows none of its implementations (storage/local_filesystem.py, storage/objects/); the
-factory above them all, storage/filesystem_factory.py, picks one for a URL.
+The seam knows none of its implementations (local.py and memory.py here, storage/objects/); the
+factory above them all, open_filesystem in storage/log_dirs.py, picks one for a URL.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .errors import KafkaStorageError
+from ..errors import KafkaStorageError
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class LogFileSystem(abc.ABC):
         None when it has not, or the path is gone. Callers compare versions to skip rereading."""
         return None
 
-    def invalidate_listings(self, path: str | None = None) -> None:
+    def invalidate_listings(self, path: str | None = None) -> None:  # noqa: B027 (a no-op hook, not abstract)
         """Forget cached listings of path (all, when None) on stores that cache them; a no-op here."""
 
     def copy(self, src: str, dst: str) -> None:

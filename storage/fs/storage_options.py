@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
 
 SPARK_PREFIX = "fs."
 REDACTED = "***"

@@ -13,8 +13,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from .log_config import LogConfig
-from .topic_partition import topic_name_problem
+from ..log_config import LogConfig
+from ..topic_partition import topic_name_problem
 
 TOPIC_FILE_SUFFIX = ".kafkalog-topic.json"
 # A file name, and the temporary name a rewrite uses (".<8 hex>.tmp"), must fit in 255 bytes: topics

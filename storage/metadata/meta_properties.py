@@ -15,8 +15,8 @@ import re
 import socket
 import uuid
 
-from .errors import KafkaStorageError
-from .filesystem import LogFileSystem
+from ..errors import KafkaStorageError
+from ..fs.filesystem import LogFileSystem
 
 META_PROPERTIES_FILE = "kafkalog.meta.properties"
 MAX_BYTES = 4096  # a hostile file is not read whole
