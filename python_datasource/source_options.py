@@ -13,16 +13,25 @@ from storage.storage_options import storage_options_from_spark
 from .options import note_unknown_options, refuse_kafka_options
 
 EARLIEST, LATEST = -2, -1
-KAFKA_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+# Spark's Kafka source schema, defined here once: (column, DDL type). The DDL string and the StructType
+# (reader.kafka_struct) are derived from it; headers is there only with includeHeaders=true.
+KAFKA_FIELDS = (
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "long"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+    ("headers", "array<struct<key:string,value:binary>>"),
 )
-HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+KAFKA_COLUMNS = tuple(name for name, _ in KAFKA_FIELDS)
 
 
 def source_schema(include_headers: bool) -> str:
     """Spark's Kafka source schema (a DDL string), with the headers column when asked for."""
-    return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
+    fields = KAFKA_FIELDS if include_headers else KAFKA_FIELDS[:-1]
+    return ", ".join(f"{name} {ddl}" for name, ddl in fields)
 
 
 # Spark's names, for messages (options arrive lowercased)
