@@ -28,7 +28,7 @@ from typing import BinaryIO
 import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
-from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
+from storage.log_config import CONFIG_KEYS_BY_NAME, InvalidOptionValueError, parse_config_pairs, parse_option
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
 from storage.storage_options import storage_options_from_cli
 from storage.topic_metadata import TOPIC_FILE_SUFFIX
@@ -43,33 +43,27 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 INTERRUPTED = 130  # the exit code for Ctrl-C (128 + SIGINT), as shells report it
 
 
-def _int_at_least(minimum: int | None, what: str):
-    """An argparse type: an integer, at least `minimum` when given."""
+def _option(type_: str, **bounds):
+    """An argparse type: a value parsed by storage's option parser (parse_option), its error in argparse's
+    words (argparse names the option)."""
 
-    def parse(text: str) -> int:
+    def parse(text: str):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
+            return parse_option("", text, type_, **bounds)
+        except InvalidOptionValueError as e:
+            raise argparse.ArgumentTypeError(f"expected {e.expected}, got {text!r}") from None
 
     return parse
 
 
-_positive_int = _int_at_least(1, "a positive integer")
-_non_negative_int = _int_at_least(0, "an integer >= 0")
-_int = _int_at_least(None, "an integer")
+_positive_int = _option("long", at_least=1)
+_non_negative_int = _option("long", at_least=0)
+_int = _option("long")
+_long_offset = _option("long", expected="an offset, 'earliest' or 'latest'")
 
 
 def _offset(text: str):
-    if text in ("earliest", "latest"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an offset, 'earliest' or 'latest', got {text!r}") from None
+    return text if text in ("earliest", "latest") else _long_offset(text)
 
 
 ROOT_HELP = (
@@ -240,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--partition", type=_non_negative_int, required=True)
     r.add_argument(
         "--offset",
-        type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"),
+        type=_option("long", at_least=-1, expected="an offset >= 0, or -1 for the high watermark"),
         required=True,
         help="the new log start offset; -1: the high watermark (the log end)",
     )
@@ -258,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--once", action="store_true", help="one pass, then exit (for cron or Airflow)")
     m.add_argument(
         "--interval-ms",
-        type=_int_at_least(1, "a positive number of milliseconds"),
+        type=_option("long", at_least=1, expected="a positive number of milliseconds"),
         default=300_000,
         help="time between passes without --once (log.retention.check.interval.ms; default 300000)",
     )
