@@ -29,6 +29,7 @@ import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.log_config import CONFIG_KEYS_BY_NAME, InvalidOptionValueError, parse_config_pairs, parse_option
+from storage.log_maintenance import DEFAULT_CHECK_INTERVAL_MS, run_forever, run_once
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
 from storage.storage_options import storage_options_from_cli
 from storage.topic_metadata import TOPIC_FILE_SUFFIX
@@ -60,6 +61,13 @@ _positive_int = _option("long", at_least=1)
 _non_negative_int = _option("long", at_least=0)
 _int = _option("long")
 _long_offset = _option("long", expected="an offset, 'earliest' or 'latest'")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def _offset(text: str):
@@ -253,17 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--interval-ms",
         type=_option("long", at_least=1, expected="a positive number of milliseconds"),
-        default=300_000,
-        help="time between passes without --once (log.retention.check.interval.ms; default 300000)",
+        default=DEFAULT_CHECK_INTERVAL_MS,
+        help=f"time between passes without --once (log.retention.check.interval.ms; default "
+        f"{DEFAULT_CHECK_INTERVAL_MS})",
     )
     m.add_argument("--topic", action="append", help="only these topics (repeatable)")
     m.add_argument(
         "--cleaner-config",
         action="append",
         default=[],
+        type=_key_value,
         metavar="KEY=VALUE",
-        help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
-        "log.cleaner.io.buffer.load.factor (repeatable)",
+        help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second, "
+        "log.cleaner.io.buffer.load.factor, kafkalog.segment.merge.min.age.ms or "
+        "kafkalog.maintenance.lease.ttl.ms (repeatable)",
     )
     m.add_argument(
         "--spark",
@@ -625,35 +636,27 @@ def cmd_delete_records(args, stdin, out, err) -> int:
 
 
 def cmd_maintain(args, stdin, out, err) -> int:
-    from .maintenance import main as spark_main
-    from .maintenance import run_forever, run_once
-
     lm = _existing(args)
     for t in args.topic or []:
         lm.topic(t)
-    settings = {}
-    for pair in args.cleaner_config:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            args.parser.error(f"--cleaner-config takes KEY=VALUE, got {pair!r}")
-        settings[key.strip()] = value.strip()
-    if args.spark:
-        if not args.once:
-            args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
-        return spark_main(
-            [args.root, "--spark", "--master", args.master]
-            + [a for t in args.topic or [] for a in ("--topic", t)]
-            + [a for kv in args.fs or [] for a in ("--fs", kv)]
-            + [a for kv in args.cleaner_config for a in ("--cleaner-config", kv)]
-        )
+    if args.spark and not args.once:
+        args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
     kwargs = dict(
-        topics=args.topic, cleaner_settings=settings, out=out, storage_options=storage_options_from_cli(args.fs)
+        topics=args.topic,
+        cleaner_settings=dict(args.cleaner_config),
+        out=out,
+        storage_options=storage_options_from_cli(args.fs),
     )
-    if args.once:
+    if args.spark:
+        from .maintenance import run_on_spark
+
+        reports = run_on_spark(args.root, master=args.master, **kwargs)
+    elif args.once:
         reports = run_once(args.root, **kwargs)
-        return 1 if any(r.errors for r in reports) else 0
-    run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
-    return 0
+    else:
+        run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
+        return 0
+    return 1 if any(r.errors for r in reports) else 0
 
 
 # ---------------------------------------------------------------- export-to-broker
