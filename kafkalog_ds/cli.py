@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(s)
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
-    s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
+    s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON (its to_dict())")
     s.set_defaults(func=cmd_describe, parser=s)
 
     r = sub.add_parser(
@@ -444,16 +444,16 @@ def cmd_topics(args, stdin, out, err) -> int:
         topics = [args.topic] if args.topic else lm.topics()
         if args.topic:
             lm.topic(args.topic)  # a missing topic is an error, not an empty answer
-        for t in lm.describe(topics)["topics"]:
-            configs = ",".join(f"{k}={v}" for k, v in sorted(t["config"].items()))
+        for t in lm.describe(topics).topics:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))
             out.write(
-                f"Topic: {t['topic']}\tTopicId: {t['topicId'] or 'none'}\t"
-                f"PartitionCount: {len(t['partitions'])}\tConfigs: {configs}\n"
+                f"Topic: {t.topic}\tTopicId: {t.topic_id or 'none'}\t"
+                f"PartitionCount: {len(t.partitions)}\tConfigs: {configs}\n"
             )
-            for p in t["partitions"]:
+            for p in t.partitions:
                 out.write(
-                    f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLogStartOffset: {p['logStartOffset']}"
-                    f"\tLogEndOffset: {p['logEndOffset']}\tSize: {p['size']}\tSegments: {len(p['segments'])}\n"
+                    f"\tTopic: {t.topic}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+                    f"\tLogEndOffset: {p.log_end_offset}\tSize: {p.size}\tSegments: {len(p.segments)}\n"
                 )
     else:
         if not args.add_config and not args.delete_config:
@@ -576,14 +576,6 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
 
 
-def _json_value(v):
-    """json.dumps' fallback: numpy integers (and anything int-like) as numbers."""
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{type(v).__name__} is not JSON serializable") from None
-
-
 def cmd_describe(args, stdin, out, err) -> int:
     lm = _existing(args)
     problem = not_a_log_dir(lm)
@@ -594,28 +586,26 @@ def cmd_describe(args, stdin, out, err) -> int:
             lm.topic(t)
     doc = lm.describe(args.topic)
     if args.json:  # the document only: every message goes to stderr
-        out.write(json.dumps(doc, indent=2, default=_json_value) + "\n")
+        out.write(json.dumps(doc.to_dict(), indent=2) + "\n")
         return 0
-    if not doc["topics"]:
+    if not doc.topics:
         out.write(
-            f"Log dir: {doc['root']}\n\nNo topics (create one with: kafkalog topics ROOT --create "
+            f"Log dir: {doc.root}\n\nNo topics (create one with: kafkalog topics ROOT --create "
             f"--topic T, or kafkalog produce ROOT --topic T).\n"
         )
         return 0
     parts, segs = [], []
     total = 0
-    for t in doc["topics"]:
-        for p in t["partitions"]:
-            parts.append(
-                [t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"], len(p["segments"])]
-            )
-            total += p["size"]
-            for s in p["segments"]:
-                segs.append([t["topic"], p["partition"], s["baseOffset"], s["size"], s["largestTimestamp"]])
-    lines = [f"Log dir: {doc['root']}", ""]
+    for t in doc.topics:
+        for p in t.partitions:
+            parts.append([t.topic, p.partition, p.log_start_offset, p.log_end_offset, p.size, len(p.segments)])
+            total += p.size
+            for s in p.segments:
+                segs.append([t.topic, p.partition, s.base_offset, s.size, s.largest_timestamp])
+    lines = [f"Log dir: {doc.root}", ""]
     lines += _table(["TOPIC", "PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SIZE", "SEGMENTS"], parts)
     lines += [""] + _table(["TOPIC", "PARTITION", "BASE-OFFSET", "SIZE", "LARGEST-TIMESTAMP"], segs)
-    lines += ["", f"{len(doc['topics'])} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
+    lines += ["", f"{len(doc.topics)} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
     out.write("\n".join(lines) + "\n")
     return 0
 

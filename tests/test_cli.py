@@ -456,7 +456,7 @@ def test_describe_human_and_json(capsys, root):
     )
     rc, out, _ = run(capsys, "describe", root, "--json")
     doc = json.loads(out)
-    assert doc == LogManager(root).describe()
+    assert doc == LogManager(root).describe().to_dict()
     rc, out, _ = run(capsys, "describe", root)
     lines = out.splitlines()
     assert lines[0] == f"Log dir: {root}"
