@@ -30,8 +30,8 @@ Operations (--ops):
      median of 30 triggers with nothing new (spark.sql.streaming.noDataProgressEventInterval=0)
   c  LogManager(root) + topics() + partitions(t) for every topic
   d  `kafkalog describe ROOT` through the CLI (LogManager.describe and the text tables), output discarded
-  e  one `maintain --once` pass with nothing due (kafkalog_ds.maintenance.run_once); with --spark also
-     run_once(spark=...) (4 tasks per core, local[2]). kafkalog.segment.merge.min.age.ms is set
+  e  one `maintain --once` pass with nothing due (storage.log_maintenance.run_once); with --spark also
+     kafkalog_ds.maintenance.run_once(spark=...) (4 tasks per core, local[2]). kafkalog.segment.merge.min.age.ms is set
      to ~forever so the S3 layouts' small segments are not merged (which would change them)
   f  peak memory of driver-side planning (op a, direct): a fresh `python` subprocess warms up on the 1x1
      layout (imports, numba kernels), then plans the layout; reported: the growth of its peak RSS
@@ -699,7 +699,7 @@ def profile_op(env: Env, op: str, layout: Layout, warm_root: str) -> None:
             with contextlib.redirect_stdout(io.StringIO()):
                 cli.main(["describe", env.root(layout), *env.cli_fs])
     elif op == "e":
-        from kafkalog_ds.maintenance import run_once
+        from storage.log_maintenance import run_once
 
         def fn():
             run_once(env.root(layout), storage_options=env.storage_options, cleaner_settings=MAINT_SETTINGS)

@@ -27,7 +27,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from pyspark.sql import SparkSession, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from kafkalog_ds.maintenance import run_once  # noqa: E402  (what `kafkalog maintain ROOT --once` runs)
+from storage.log_maintenance import run_once  # noqa: E402  (what `kafkalog maintain ROOT --once` runs)
 
 DEFAULT_ROOT = "changelog-logs"
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ROOT)

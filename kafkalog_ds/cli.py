@@ -29,7 +29,8 @@ import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.fs.storage_options import storage_options_from_cli
-from storage.log_config import CONFIG_KEYS_BY_NAME, parse_config_pairs
+from storage.log_config import CONFIG_KEYS_BY_NAME, InvalidOptionValueError, parse_config_pairs, parse_option
+from storage.log_maintenance import DEFAULT_CHECK_INTERVAL_MS, run_forever, run_once
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
 from storage.metadata.topic_metadata import TOPIC_FILE_SUFFIX
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_partition_dir, parse_segment_file
@@ -43,33 +44,34 @@ CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 INTERRUPTED = 130  # the exit code for Ctrl-C (128 + SIGINT), as shells report it
 
 
-def _int_at_least(minimum: int | None, what: str):
-    """An argparse type: an integer, at least `minimum` when given."""
+def _option(type_: str, **bounds):
+    """An argparse type: a value parsed by storage's option parser (parse_option), its error in argparse's
+    words (argparse names the option)."""
 
-    def parse(text: str) -> int:
+    def parse(text: str):
         try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
+            return parse_option("", text, type_, **bounds)
+        except InvalidOptionValueError as e:
+            raise argparse.ArgumentTypeError(f"expected {e.expected}, got {text!r}") from None
 
     return parse
 
 
-_positive_int = _int_at_least(1, "a positive integer")
-_non_negative_int = _int_at_least(0, "an integer >= 0")
-_int = _int_at_least(None, "an integer")
+_positive_int = _option("long", at_least=1)
+_non_negative_int = _option("long", at_least=0)
+_int = _option("long")
+_long_offset = _option("long", expected="an offset, 'earliest' or 'latest'")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def _offset(text: str):
-    if text in ("earliest", "latest"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an offset, 'earliest' or 'latest', got {text!r}") from None
+    return text if text in ("earliest", "latest") else _long_offset(text)
 
 
 ROOT_HELP = (
@@ -224,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
     _fs_option(s)
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
-    s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON")
+    s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON (its to_dict())")
     s.set_defaults(func=cmd_describe, parser=s)
 
     r = sub.add_parser(
@@ -240,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--partition", type=_non_negative_int, required=True)
     r.add_argument(
         "--offset",
-        type=_int_at_least(-1, "an offset >= 0, or -1 for the high watermark"),
+        type=_option("long", at_least=-1, expected="an offset >= 0, or -1 for the high watermark"),
         required=True,
         help="the new log start offset; -1: the high watermark (the log end)",
     )
@@ -258,18 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--once", action="store_true", help="one pass, then exit (for cron or Airflow)")
     m.add_argument(
         "--interval-ms",
-        type=_int_at_least(1, "a positive number of milliseconds"),
-        default=300_000,
-        help="time between passes without --once (log.retention.check.interval.ms; default 300000)",
+        type=_option("long", at_least=1, expected="a positive number of milliseconds"),
+        default=DEFAULT_CHECK_INTERVAL_MS,
+        help=f"time between passes without --once (log.retention.check.interval.ms; default "
+        f"{DEFAULT_CHECK_INTERVAL_MS})",
     )
     m.add_argument("--topic", action="append", help="only these topics (repeatable)")
     m.add_argument(
         "--cleaner-config",
         action="append",
         default=[],
+        type=_key_value,
         metavar="KEY=VALUE",
-        help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second or "
-        "log.cleaner.io.buffer.load.factor (repeatable)",
+        help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second, "
+        "log.cleaner.io.buffer.load.factor, kafkalog.segment.merge.min.age.ms or "
+        "kafkalog.maintenance.lease.ttl.ms (repeatable)",
     )
     m.add_argument(
         "--spark",
@@ -439,16 +444,16 @@ def cmd_topics(args, stdin, out, err) -> int:
         topics = [args.topic] if args.topic else lm.topics()
         if args.topic:
             lm.topic(args.topic)  # a missing topic is an error, not an empty answer
-        for t in lm.describe(topics)["topics"]:
-            configs = ",".join(f"{k}={v}" for k, v in sorted(t["config"].items()))
+        for t in lm.describe(topics).topics:
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t.config.items()))
             out.write(
-                f"Topic: {t['topic']}\tTopicId: {t['topicId'] or 'none'}\t"
-                f"PartitionCount: {len(t['partitions'])}\tConfigs: {configs}\n"
+                f"Topic: {t.topic}\tTopicId: {t.topic_id or 'none'}\t"
+                f"PartitionCount: {len(t.partitions)}\tConfigs: {configs}\n"
             )
-            for p in t["partitions"]:
+            for p in t.partitions:
                 out.write(
-                    f"\tTopic: {t['topic']}\tPartition: {p['partition']}\tLogStartOffset: {p['logStartOffset']}"
-                    f"\tLogEndOffset: {p['logEndOffset']}\tSize: {p['size']}\tSegments: {len(p['segments'])}\n"
+                    f"\tTopic: {t.topic}\tPartition: {p.partition}\tLogStartOffset: {p.log_start_offset}"
+                    f"\tLogEndOffset: {p.log_end_offset}\tSize: {p.size}\tSegments: {len(p.segments)}\n"
                 )
     else:
         if not args.add_config and not args.delete_config:
@@ -571,14 +576,6 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in cells]
 
 
-def _json_value(v):
-    """json.dumps' fallback: numpy integers (and anything int-like) as numbers."""
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise TypeError(f"{type(v).__name__} is not JSON serializable") from None
-
-
 def cmd_describe(args, stdin, out, err) -> int:
     lm = _existing(args)
     problem = not_a_log_dir(lm)
@@ -589,28 +586,26 @@ def cmd_describe(args, stdin, out, err) -> int:
             lm.topic(t)
     doc = lm.describe(args.topic)
     if args.json:  # the document only: every message goes to stderr
-        out.write(json.dumps(doc, indent=2, default=_json_value) + "\n")
+        out.write(json.dumps(doc.to_dict(), indent=2) + "\n")
         return 0
-    if not doc["topics"]:
+    if not doc.topics:
         out.write(
-            f"Log dir: {doc['root']}\n\nNo topics (create one with: kafkalog topics ROOT --create "
+            f"Log dir: {doc.root}\n\nNo topics (create one with: kafkalog topics ROOT --create "
             f"--topic T, or kafkalog produce ROOT --topic T).\n"
         )
         return 0
     parts, segs = [], []
     total = 0
-    for t in doc["topics"]:
-        for p in t["partitions"]:
-            parts.append(
-                [t["topic"], p["partition"], p["logStartOffset"], p["logEndOffset"], p["size"], len(p["segments"])]
-            )
-            total += p["size"]
-            for s in p["segments"]:
-                segs.append([t["topic"], p["partition"], s["baseOffset"], s["size"], s["largestTimestamp"]])
-    lines = [f"Log dir: {doc['root']}", ""]
+    for t in doc.topics:
+        for p in t.partitions:
+            parts.append([t.topic, p.partition, p.log_start_offset, p.log_end_offset, p.size, len(p.segments)])
+            total += p.size
+            for s in p.segments:
+                segs.append([t.topic, p.partition, s.base_offset, s.size, s.largest_timestamp])
+    lines = [f"Log dir: {doc.root}", ""]
     lines += _table(["TOPIC", "PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SIZE", "SEGMENTS"], parts)
     lines += [""] + _table(["TOPIC", "PARTITION", "BASE-OFFSET", "SIZE", "LARGEST-TIMESTAMP"], segs)
-    lines += ["", f"{len(doc['topics'])} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
+    lines += ["", f"{len(doc.topics)} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
     out.write("\n".join(lines) + "\n")
     return 0
 
@@ -631,35 +626,27 @@ def cmd_delete_records(args, stdin, out, err) -> int:
 
 
 def cmd_maintain(args, stdin, out, err) -> int:
-    from .maintenance import main as spark_main
-    from .maintenance import run_forever, run_once
-
     lm = _existing(args)
     for t in args.topic or []:
         lm.topic(t)
-    settings = {}
-    for pair in args.cleaner_config:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            args.parser.error(f"--cleaner-config takes KEY=VALUE, got {pair!r}")
-        settings[key.strip()] = value.strip()
-    if args.spark:
-        if not args.once:
-            args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
-        return spark_main(
-            [args.root, "--spark", "--master", args.master]
-            + [a for t in args.topic or [] for a in ("--topic", t)]
-            + [a for kv in args.fs or [] for a in ("--fs", kv)]
-            + [a for kv in args.cleaner_config for a in ("--cleaner-config", kv)]
-        )
+    if args.spark and not args.once:
+        args.parser.error("--spark runs one pass: use it with --once (a scheduler repeats it)")
     kwargs = dict(
-        topics=args.topic, cleaner_settings=settings, out=out, storage_options=storage_options_from_cli(args.fs)
+        topics=args.topic,
+        cleaner_settings=dict(args.cleaner_config),
+        out=out,
+        storage_options=storage_options_from_cli(args.fs),
     )
-    if args.once:
+    if args.spark:
+        from .maintenance import run_on_spark
+
+        reports = run_on_spark(args.root, master=args.master, **kwargs)
+    elif args.once:
         reports = run_once(args.root, **kwargs)
-        return 1 if any(r.errors for r in reports) else 0
-    run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
-    return 0
+    else:
+        run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
+        return 0
+    return 1 if any(r.errors for r in reports) else 0
 
 
 # ---------------------------------------------------------------- export-to-broker

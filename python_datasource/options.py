@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
 from storage.fs.storage_options import storage_options_from_spark
-from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig
+from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig, parse_option
 from storage.records.record_batch import CompressionType
 from storage.topic_partition import validate_topic_name
 
@@ -91,27 +91,13 @@ class SinkOptions:
             codec = CompressionType.for_name(codec_name)
         except ValueError as e:
             raise InvalidConfigError(f"option 'compression.type': {e}") from None
-        try:
-            partitions = int(opts.get("partitions", "1"))
-            if partitions < 1:
-                raise ValueError
-        except ValueError:
-            raise InvalidConfigError(
-                f"option 'partitions' must be a positive integer, got {opts['partitions']!r}"
-            ) from None
+        partitions = parse_option("partitions", opts.get("partitions", "1"), "int", at_least=1)
         topic_config = {k: v for k, v in opts.items() if k in CONFIG_KEYS_BY_NAME and k != "compression.type"}
         LogConfig.from_dict(topic_config)  # names the key and rule at fault
         refuse_kafka_options(opts, REFUSED_SINK_KAFKA)  # other kafka.* (a broker's settings) mean nothing here
         known = {**{k: SINK_NAMES.get(k, k) for k in WRITER_OPTIONS}, **{k: k for k in CONFIG_KEYS_BY_NAME}}
         note_unknown_options(opts, known, "sink")
-        try:
-            lock_timeout_s = int(opts.get("locktimeoutms", "600000")) / 1000.0
-            if lock_timeout_s < 0:
-                raise ValueError
-        except ValueError:
-            raise InvalidConfigError(
-                f"option 'lockTimeoutMs' must be a non-negative integer, got {opts['locktimeoutms']!r}"
-            ) from None
+        lock_timeout_s = parse_option("lockTimeoutMs", opts.get("locktimeoutms", "600000"), "long", at_least=0) / 1000
         level_key = f"compression.{codec.name.lower()}.level"  # the producer's level (KIP-390)
         level = (
             LogConfig.from_dict({level_key: opts[level_key]}).compression_level(codec) if level_key in opts else None

@@ -17,7 +17,7 @@ from storage.metadata.meta_properties import check_directory_id, directory_id
 from storage.topic_partition import TopicPartition
 
 from . import planning
-from .source_options import KAFKA_COLUMNS, SourceOptions, source_schema
+from .source_options import KAFKA_COLUMNS, KAFKA_FIELDS, SourceOptions, source_schema
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import (
@@ -34,31 +34,32 @@ log = logging.getLogger(__name__)
 
 
 def kafka_struct():
-    """Spark's Kafka source schema with headers, as a StructType built here (workers have no JVM to
-    parse a DDL string)."""
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    """Spark's Kafka source schema with headers, as a StructType derived here from its DDL types
+    (source_options.KAFKA_FIELDS): workers have no JVM to parse a DDL string."""
+    from pyspark.sql.types import StructField, StructType
 
-    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    types = {
-        "key": BinaryType(),
-        "value": BinaryType(),
-        "topic": StringType(),
-        "partition": IntegerType(),
-        "offset": LongType(),
-        "timestamp": TimestampType(),
-        "timestampType": IntegerType(),
-        "headers": ArrayType(header),
+    return StructType([StructField(name, _ddl_type(ddl)) for name, ddl in KAFKA_FIELDS])
+
+
+def _ddl_type(ddl: str):
+    """The pyspark type of a DDL type of the Kafka schema: its primitives, array<...> and struct<name:type,...>."""
+    from pyspark.sql import types as T
+
+    primitives = {
+        "binary": T.BinaryType,
+        "string": T.StringType,
+        "int": T.IntegerType,
+        "long": T.LongType,
+        "timestamp": T.TimestampType,
     }
-    return StructType([StructField(name, types[name]) for name in KAFKA_COLUMNS])
+    if ddl in primitives:
+        return primitives[ddl]()
+    if ddl.startswith("array<") and ddl.endswith(">"):
+        return T.ArrayType(_ddl_type(ddl[len("array<") : -1]))
+    if ddl.startswith("struct<") and ddl.endswith(">"):
+        fields = [f.split(":", 1) for f in ddl[len("struct<") : -1].split(",")]  # no nested structs here
+        return T.StructType([T.StructField(name, _ddl_type(t)) for name, t in fields])
+    raise ValueError(f"not a DDL type of the Kafka schema: {ddl!r}")
 
 
 def selected_columns(schema, include_headers: bool) -> tuple[str, ...]:

@@ -9,20 +9,30 @@ from dataclasses import dataclass, field
 
 from storage.errors import InvalidConfigError
 from storage.fs.storage_options import storage_options_from_spark
+from storage.log_config import InvalidOptionValueError, parse_option
 
 from .options import note_unknown_options, refuse_kafka_options
 
 EARLIEST, LATEST = -2, -1
-KAFKA_SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+# Spark's Kafka source schema, defined here once: (column, DDL type). The DDL string and the StructType
+# (reader.kafka_struct) are derived from it; headers is there only with includeHeaders=true.
+KAFKA_FIELDS = (
+    ("key", "binary"),
+    ("value", "binary"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("offset", "long"),
+    ("timestamp", "timestamp"),
+    ("timestampType", "int"),
+    ("headers", "array<struct<key:string,value:binary>>"),
 )
-HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+KAFKA_COLUMNS = tuple(name for name, _ in KAFKA_FIELDS)
 
 
 def source_schema(include_headers: bool) -> str:
     """Spark's Kafka source schema (a DDL string), with the headers column when asked for."""
-    return KAFKA_SCHEMA + (", " + HEADERS_FIELD if include_headers else "")
+    fields = KAFKA_FIELDS if include_headers else KAFKA_FIELDS[:-1]
+    return ", ".join(f"{name} {ddl}" for name, ddl in fields)
 
 
 # Spark's names, for messages (options arrive lowercased)
@@ -193,12 +203,13 @@ class SourceOptions:
                 f"The value of minOffsetsPerTrigger({min_per_trigger}) is higher than the "
                 f"maxOffsetsPerTrigger({max_per_trigger})."
             )
-        strategy = o.get("startingoffsetsbytimestampstrategy", "error").lower()
-        if strategy not in ("error", "latest"):
-            raise InvalidConfigError(
-                "option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', "
-                f"got {o['startingoffsetsbytimestampstrategy']!r}"
-            )
+        strategy = parse_option(
+            SPARK_NAMES["startingoffsetsbytimestampstrategy"],
+            o.get("startingoffsetsbytimestampstrategy", "error"),
+            "enum",
+            choices=("error", "latest"),
+            ignore_case=True,
+        )
         return cls(
             path=o["path"],
             subscribe=subscribe,
@@ -219,24 +230,11 @@ class SourceOptions:
 
 
 def _bool(o: dict, key: str, default: bool) -> bool:
-    if key not in o:
-        return default
-    v = str(o[key]).strip().lower()
-    if v not in ("true", "false"):
-        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must be true or false, got {o[key]!r}")
-    return v == "true"
+    return default if key not in o else parse_option(SPARK_NAMES[key], o[key], "boolean")
 
 
 def _int(o: dict, key: str, minimum: int) -> int | None:
-    if key not in o:
-        return None
-    try:
-        v = int(str(o[key]).strip())
-    except ValueError:
-        v = minimum - 1
-    if v < minimum:
-        raise InvalidConfigError(f"option '{SPARK_NAMES[key]}' must be an integer >= {minimum}, got {o[key]!r}")
-    return v
+    return None if key not in o else parse_option(SPARK_NAMES[key], o[key], "long", at_least=minimum)
 
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -245,7 +243,7 @@ _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 8
 def _duration_ms(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*(ms|s|min|m|h|d)?\s*", str(text))
     if not m:
-        raise InvalidConfigError(f"option 'maxTriggerDelay' must be a duration such as 15m, 30s or 500ms, got {text!r}")
+        raise InvalidOptionValueError("maxTriggerDelay", text, "a duration such as 15m, 30s or 500ms")
     return int(m.group(1)) * _UNITS[m.group(2) or "ms"]
 
 
@@ -299,14 +297,9 @@ def _range_limit(
     """Spark's precedence: a global timestamp, then per-partition timestamps, then offsets."""
     name = SPARK_NAMES[offsets]
     if global_ts in o:
-        try:
-            ts = int(str(o[global_ts]).strip())
-        except ValueError:
-            ts = -1
-        if ts < 0:
-            raise InvalidConfigError(
-                f"option '{SPARK_NAMES[global_ts]}' must be milliseconds since the epoch, got {o[global_ts]!r}"
-            )
+        ts = parse_option(
+            SPARK_NAMES[global_ts], o[global_ts], "long", at_least=0, expected="milliseconds since the epoch"
+        )
         return OffsetSpec("timestamp", (), ts)
     if by_ts in o:
         spec = _per_partition(o, by_ts)

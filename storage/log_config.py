@@ -2,7 +2,8 @@
 
 Validation follows Kafka 3.x minimums, not Kafka 4's raised ones: segment.bytes >= 14,
 segment.ms >= 1, index.interval.bytes >= 0, and zero delays or retentions are legal, so tests and
-small deployments can use tiny segments. Values parse as Kafka's ConfigDef parses them.
+small deployments can use tiny segments. Values parse as Kafka's ConfigDef parses them (coerce); the
+options of the sink, the source, the cleaner and the command line parse by the same types (parse_option).
 """
 
 from __future__ import annotations
@@ -282,55 +283,143 @@ def _bad(key: ConfigKey, value, rule: str) -> InvalidConfigError:
     return InvalidConfigError(f"Invalid value {value!r} for configuration {key.name}: {rule}")
 
 
-def parse_value(key: ConfigKey, value):
-    """Parse and validate one value (a string or an already typed Python value)."""
-    t = key.type
-    if value is None:
-        raise _bad(key, value, "a value is required")
-    if t in ("int", "long"):
+def coerce(type_: str, value) -> Any:
+    """A value (a string, or an already typed Python value) as Kafka's ConfigDef parses `type_`: int,
+    long, double, boolean, list (a tuple), string. Raises ValueError with Kafka's words if it does not."""
+    if type_ in ("int", "long"):
+        bits = "32" if type_ == "int" else "64"
         if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
             parsed = int(value.strip())
         elif isinstance(value, int) and not isinstance(value, bool):
             parsed = int(value)
         else:
-            raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
-        lo, hi = (INT32_MIN, INT32_MAX) if t == "int" else (INT64_MIN, INT64_MAX)
+            raise ValueError(f"Expected value to be a {bits}-bit integer")
+        lo, hi = (INT32_MIN, INT32_MAX) if type_ == "int" else (INT64_MIN, INT64_MAX)
         if not lo <= parsed <= hi:
-            raise _bad(key, value, f"Expected value to be a {'32' if t == 'int' else '64'}-bit integer")
-    elif t == "double":
+            raise ValueError(f"Expected value to be a {bits}-bit integer")
+        return parsed
+    if type_ == "double":
         if isinstance(value, str) and _DOUBLE_RE.fullmatch(value.strip()):
-            parsed = float(value.strip())
+            number = float(value.strip())
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            parsed = float(value)
+            number = float(value)
         else:
-            raise _bad(key, value, "Expected value to be a number")
-        if not math.isfinite(parsed):
-            raise _bad(key, value, "Expected value to be a finite number")
-    elif t == "boolean":
+            raise ValueError("Expected value to be a number")
+        if not math.isfinite(number):
+            raise ValueError("Expected value to be a finite number")
+        return number
+    if type_ == "boolean":
         if isinstance(value, bool):
-            parsed = value
-        elif isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            parsed = value.strip().lower() == "true"
-        else:
-            raise _bad(key, value, "Expected value to be either true or false")
-    elif t == "list":
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise ValueError("Expected value to be either true or false")
+    if type_ == "list":
         if isinstance(value, str):
-            parsed = tuple(p.strip() for p in value.split(",")) if value.strip() else ()
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            parsed = tuple(v.strip() for v in value)
-        else:
-            raise _bad(key, value, "Expected a comma-separated list")
-    elif t == "string":
+            return tuple(p.strip() for p in value.split(",")) if value.strip() else ()
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(v.strip() for v in value)
+        raise ValueError("Expected a comma-separated list")
+    if type_ == "string":
         if not isinstance(value, str):
-            raise _bad(key, value, "Expected a string")
-        parsed = value.strip()
-    else:  # pragma: no cover - table error
-        raise AssertionError(t)
+            raise ValueError("Expected a string")
+        return value.strip()
+    raise AssertionError(type_)  # pragma: no cover - a caller's table error
+
+
+def parse_value(key: ConfigKey, value):
+    """Parse and validate one topic config value (a string or an already typed Python value)."""
+    if value is None:
+        raise _bad(key, value, "a value is required")
+    try:
+        parsed = coerce(key.type, value)
+    except ValueError as e:
+        raise _bad(key, value, str(e)) from None
     if key.validator is not None:
         problem = key.validator.check(parsed)
         if problem:
             raise _bad(key, value, problem)
     return parsed
+
+
+# ---------------------------------------------------------------- options
+
+
+class InvalidOptionValueError(InvalidConfigError):
+    """An option value that does not parse as its type or lies outside its bounds. The message names the
+    option, what it must be and the value given; `expected` alone is for callers that name the option
+    their own way (argparse)."""
+
+    def __init__(self, name: str, value, expected: str):
+        super().__init__(f"option '{name}' must be {expected}, got {value!r}")
+        self.name, self.value, self.expected = name, value, expected
+
+
+def parse_option(
+    name: str,
+    value,
+    type_: str,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    choices: tuple[str, ...] = (),
+    ignore_case: bool = False,
+    expected: str | None = None,
+) -> Any:
+    """One option value (of the sink, the source, the cleaner or a command line) by type: int, long,
+    double, boolean, list, string as Kafka's ConfigDef parses them (coerce), or enum: one of `choices`
+    (a list's items too, when given), returned as spelled there. Numbers within [at_least or (above,
+    at_most]. Anything else raises InvalidOptionValueError; `expected` replaces the generated wording."""
+    want = expected or _expectation(type_, at_least, above, at_most, choices)
+    parsed: Any
+    try:
+        if type_ == "enum":
+            parsed = _choice(str(value).strip(), choices, ignore_case)
+        else:
+            parsed = coerce(type_, value)
+            for item in parsed if type_ == "list" and choices else ():
+                _choice(item, choices, ignore_case)
+    except ValueError:
+        raise InvalidOptionValueError(name, value, want) from None
+    if type_ in ("int", "long", "double") and (
+        (at_least is not None and parsed < at_least)
+        or (above is not None and parsed <= above)
+        or (at_most is not None and parsed > at_most)
+    ):
+        raise InvalidOptionValueError(name, value, want)
+    return parsed
+
+
+def _choice(text: str, choices: tuple[str, ...], ignore_case: bool) -> str:
+    for c in choices:
+        if c == text or (ignore_case and c.lower() == text.lower()):
+            return c
+    raise ValueError(text)
+
+
+def _expectation(type_: str, at_least, above, at_most, choices: tuple[str, ...]) -> str:
+    """What a value of this type and bounds must be, in words: 'an integer >= 1', "'error' or 'latest'"."""
+    quoted = [f"'{c}'" for c in choices]
+    one_of = " or ".join(quoted) if len(quoted) <= 2 else "one of " + ", ".join(quoted)
+    if type_ == "enum":
+        return one_of
+    if type_ == "boolean":
+        return "true or false"
+    if type_ == "list":
+        return "a comma-separated list" + (f" of {', '.join(quoted)}" if choices else "")
+    if type_ == "string":
+        return "a string"
+    noun = "a number" if type_ == "double" else "an integer"
+    if above is not None and at_most is not None:
+        return f"{noun} in ({above}, {at_most}]"
+    if at_least is not None and at_most is not None:
+        return f"{noun} from {at_least} to {at_most}"
+    if at_least is not None:
+        return f"{noun} >= {at_least}"
+    if above is not None:
+        return f"{noun} > {above}"
+    return noun + (f" <= {at_most}" if at_most is not None else "")
 
 
 def _unknown(name) -> InvalidConfigError:

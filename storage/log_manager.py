@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .common.time import SYSTEM_TIME
 from .errors import (
@@ -31,6 +32,7 @@ from .fs.filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
 from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
+from .log_listing import LogListing
 from .log_loader import LOCK_FILE, LogLoader
 from .log_retention import (
     RetentionResult,
@@ -90,6 +92,71 @@ def _rename_dir(fs: LogFileSystem, src: str, dst: str) -> None:
     fs.delete_dir(src)
 
 
+@dataclass(frozen=True)
+class SegmentDescription:
+    """One segment of a described partition (only the active one may be empty)."""
+
+    base_offset: int
+    size: int  # bytes of its .log
+    largest_timestamp: int
+
+    def to_dict(self) -> dict:
+        return {"baseOffset": self.base_offset, "size": self.size, "largestTimestamp": self.largest_timestamp}
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """One partition of a described topic; log_dir is None while it has no directory (nothing written)."""
+
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    size: int  # bytes of all its segments
+    segments: tuple[SegmentDescription, ...]
+    log_dir: str | None = None  # the URL of the log dir holding it
+
+    def to_dict(self) -> dict:
+        where = {} if self.log_dir is None else {"logDir": self.log_dir}
+        return {
+            "partition": self.partition,
+            **where,
+            "logStartOffset": self.log_start_offset,
+            "logEndOffset": self.log_end_offset,
+            "size": self.size,
+            "segments": [s.to_dict() for s in self.segments],
+        }
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """One described topic: its id (None for a topic Kafka wrote, with no topic file), config overrides
+    and partitions."""
+
+    topic: str
+    topic_id: str | None
+    config: dict[str, str]
+    partitions: tuple[PartitionDescription, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partitions": [p.to_dict() for p in self.partitions],
+            "config": self.config,
+            "topicId": self.topic_id,
+        }
+
+
+@dataclass(frozen=True)
+class LogDirsDescription:
+    """What LogManager.describe() found under ROOT (its URL); to_dict() is `kafkalog describe --json`."""
+
+    root: str
+    topics: tuple[TopicDescription, ...]
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "topics": [t.to_dict() for t in self.topics]}
+
+
 class LogManager:
     """Everything under the log dirs: create/list/describe/delete topics, open partition logs, keep
     checkpoints, apply retention and delete-records."""
@@ -103,8 +170,7 @@ class LogManager:
         }
         self.recovery_checkpoint = self._checkpoints[self.root][RECOVERY_POINT_CHECKPOINT_FILE]
         self.log_start_checkpoint = self._checkpoints[self.root][LOG_START_OFFSET_CHECKPOINT_FILE]
-        self._memo: dict | None = None  # inside snapshot(): what was read, reused
-        self._pending_recovery: dict[str, dict] = {}  # inside snapshot(): recovery points to write at its end
+        self._cache = LogListing(self.fs, self.log_dirs)  # inside snapshot(): what was read, reused
 
     @contextlib.contextmanager
     def snapshot(self):
@@ -112,29 +178,21 @@ class LogManager:
         over N partitions (planning, describe, maintenance, a commit) costs O(N), not O(N) per partition.
         Answers are as of the first read, as if the pass had run a moment earlier; a change made through
         this LogManager forgets them. Writers' recovery points (hints, never fsynced) are written once
-        when the snapshot ends, instead of one checkpoint rewrite per closed log."""
-        if self._memo is not None:
+        when the snapshot ends, instead of one checkpoint rewrite per closed log. The reads are kept by
+        LogListing (log_listing.py)."""
+        if self._cache.active:
             yield self
             return
-        self._memo, self._pending_recovery = {}, {}
+        self._cache.open()
         try:
             yield self
         finally:
-            pending, self._memo, self._pending_recovery = self._pending_recovery, None, {}
-            for log_dir, points in pending.items():
+            for log_dir, points in self._cache.close().items():
                 self._update_dir_checkpoints(log_dir, points, {})
-
-    def _memoized(self, key, load):
-        if self._memo is None:
-            return load()
-        if key not in self._memo:
-            self._memo[key] = load()
-        return self._memo[key]
 
     def forget_snapshot(self) -> None:
         """A change was made: what snapshot() read so far may be stale (a no-op outside snapshot())."""
-        if self._memo is not None:
-            self._memo.clear()
+        self._cache.forget()
 
     def url(self, path: str | None = None) -> str:
         if path is None:
@@ -158,7 +216,7 @@ class LogManager:
 
     def read_checkpoint(self, file: OffsetCheckpointFile) -> dict:
         """A checkpoint file's entries, read once inside snapshot(): do not modify the result."""
-        return self._memoized(("checkpoint", file.path), file.read)
+        return self._cache.memoized(("checkpoint", file.path), file.read)
 
     def checkpoint_file(self, name: str, log_dir: str | None = None) -> OffsetCheckpointFile:
         """A checkpoint file (recovery point, log start offset, cleaner offset) of one log dir (default: first)."""
@@ -176,40 +234,10 @@ class LogManager:
     def _topic_file(self, topic: str) -> str:
         return self.fs.join(self.root, topic_file_name(topic))
 
-    def _list_log_dirs(self) -> None:
-        """On a store that caches listings (object stores), list each log dir once, so that the lookups of
-        topic files, partition directories and checkpoint files that follow are answered from that listing
-        instead of a HEAD (and, for a missing name, a LIST) each. Elsewhere a no-op: a local lookup is cheap."""
-        if self.fs.capabilities.cached_listings:
-            for d in self.log_dirs:
-                self.fs.listdir(d)
-
     def _topic_files(self, topic: str) -> list[str]:
         """The topic's metadata files that exist, first log dir first."""
         name = topic_file_name(topic)
-        return [self.fs.join(d, name) for d in self.log_dirs if self._has(d, name, False)]
-
-    def _has(self, log_dir: str, name: str, is_dir: bool) -> bool:
-        """Whether a log dir holds a file (or directory) `name`. Inside snapshot(): from the log dir's listing
-        once something has listed it, else one lookup each, remembered, so that a pass over a few topics costs
-        O(their partitions), not O(everything under ROOT)."""
-        path = self.fs.join(log_dir, name)
-        if self._memo is not None:
-            if ("listdir", log_dir) in self._memo:
-                return name in self._names(log_dir, is_dir)
-            key = ("has", path, is_dir)
-            if key not in self._memo:
-                self._list_log_dirs()
-                self._memo[key] = self.fs.isdir(path) if is_dir else self.fs.exists(path)
-            return self._memo[key]
-        self._list_log_dirs()
-        return self.fs.isdir(path) if is_dir else self.fs.exists(path)
-
-    def _names(self, log_dir: str, dirs: bool) -> frozenset:
-        """Names of the directories (dirs) or files in a log dir's listing (inside snapshot())."""
-        return self._memoized(
-            ("names", log_dir, dirs), lambda: frozenset(f.name for f in self._listing(log_dir) if f.is_dir == dirs)
-        )
+        return [self.fs.join(d, name) for d in self.log_dirs if self._cache.has(d, name, False)]
 
     def create_topic(self, topic: str, partitions: int = 1, config: dict | None = None) -> TopicMetadata:
         """Validate, persist the topic file with a create-only write, and make the partition directories.
@@ -271,22 +299,11 @@ class LogManager:
             except TopicExistsError:  # another process won the race
                 return self.topic(topic)
 
-    def _listing(self, log_dir: str) -> list:
-        """A log dir's entries ([] when it does not exist)."""
-
-        def load():
-            try:
-                return self.fs.listdir(log_dir)
-            except FileNotFoundError:
-                return []
-
-        return self._memoized(("listdir", log_dir), load)
-
     def _live_dirs(self) -> dict[TopicPartition, list[str]]:
         """Every live partition directory, by partition (more than one path: the same partition in two dirs)."""
         out: dict[TopicPartition, list[str]] = {}
         for d in self.log_dirs:
-            for f in self._listing(d):
+            for f in self._cache.listing(d):
                 if not f.is_dir:
                     continue
                 parsed = parse_log_dir_name(f.name)
@@ -310,7 +327,7 @@ class LogManager:
     def topics(self) -> list[str]:
         names = set(self._partition_dirs())
         for d in self.log_dirs:
-            for f in self._listing(d):
+            for f in self._cache.listing(d):
                 if f.is_dir or not f.name.endswith(TOPIC_FILE_SUFFIX):
                     continue
                 stem = f.name[: -len(TOPIC_FILE_SUFFIX)]
@@ -328,7 +345,7 @@ class LogManager:
         return sorted(names)
 
     def topic(self, topic: str) -> TopicMetadata:
-        return self._memoized(("topic", topic), lambda: self._read_topic(topic))
+        return self._cache.memoized(("topic", topic), lambda: self._read_topic(topic))
 
     def _read_topic(self, topic: str) -> TopicMetadata:
         for path in self._topic_files(topic)[:1]:
@@ -362,7 +379,7 @@ class LogManager:
     def _locate(self, tp: TopicPartition) -> str | None:
         """The partition's directory in whichever log dir holds it, or None."""
         name = partition_dir_name(tp)
-        found = [self.fs.join(d, name) for d in self.log_dirs if self._has(d, name, True)]
+        found = [self.fs.join(d, name) for d in self.log_dirs if self._cache.has(d, name, True)]
         if len(found) > 1:
             raise KafkaStorageError(
                 f"partition {tp.topic}-{tp.partition} has a directory in two log dirs: "
@@ -430,10 +447,10 @@ class LogManager:
         log_dir = self._log_dir_of_path(dir)
         files = self._checkpoints[log_dir]
         key = (tp.topic, tp.partition)
-        recovery = self._pending_recovery.get(log_dir, {}).get(key)
+        recovery = self._cache.deferred_recovery_point(log_dir, key)
         if recovery is None:
-            recovery = self._memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
-        start = self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(key, 0)
+            recovery = self._cache.memoized(("recovery", log_dir), lambda: self._recovery_points(files)).get(key, 0)
+        start = self._cache.memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(key, 0)
         log = LogLoader(
             self.fs,
             dir,
@@ -457,17 +474,19 @@ class LogManager:
             path = self._locate(tp)
             log_dir = self._log_dir_of_path(path) if path is not None else self.root
         files = self._checkpoints[log_dir]
-        return self._memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(
+        return self._cache.memoized(("start", log_dir), files[LOG_START_OFFSET_CHECKPOINT_FILE].read).get(
             (tp.topic, tp.partition)
         )
 
     def _record_checkpoints(self, log: Log) -> None:
         log_dir, key = self._log_dir_of_path(log.dir), (log.tp.topic, log.tp.partition)
-        if self._memo is None:
+        if not self._cache.active:
             self._update_dir_checkpoints(log_dir, {log.tp: log.recovery_point}, {log.tp: log.log_start_offset})
             return
-        self._pending_recovery.setdefault(log_dir, {})[key] = log.recovery_point
-        start = self._memoized(("start", log_dir), self._checkpoints[log_dir][LOG_START_OFFSET_CHECKPOINT_FILE].read)
+        self._cache.defer_recovery_point(log_dir, key, log.recovery_point)
+        start = self._cache.memoized(
+            ("start", log_dir), self._checkpoints[log_dir][LOG_START_OFFSET_CHECKPOINT_FILE].read
+        )
         if start.get(key, 0) != log.log_start_offset:  # delete-records or retention: written now, durably
             self._update_dir_checkpoints(log_dir, {}, {log.tp: log.log_start_offset})
 
@@ -649,42 +668,35 @@ class LogManager:
         return out
 
     # ------------------------------------------------------------------ description
-    def describe(self, topics: Iterable[str] | None = None) -> dict:
+    def describe(self, topics: Iterable[str] | None = None) -> LogDirsDescription:
         """Topics, partitions, log start/end offsets, segments and bytes (read-only)."""
-        out = {"root": self.url(), "topics": []}
         with self.snapshot():
-            self._describe_into(out, topics)
-        return out
+            described = tuple(self._describe_topic(name) for name in (topics if topics is not None else self.topics()))
+        return LogDirsDescription(self.url(), described)
 
-    def _describe_into(self, out: dict, topics: Iterable[str] | None) -> None:
-        for name in topics if topics is not None else self.topics():
-            meta = self.topic(name)
-            t = {"topic": name, "partitions": [], "config": meta.config.overrides, "topicId": meta.topic_id}
-            for tp in self.partitions(name):
-                dir = self._locate(tp)
-                if dir is None:
-                    t["partitions"].append(
-                        {"partition": tp.partition, "logStartOffset": 0, "logEndOffset": 0, "size": 0, "segments": []}
+    def _describe_topic(self, name: str) -> TopicDescription:
+        meta = self.topic(name)
+        partitions = []
+        for tp in self.partitions(name):
+            dir = self._locate(tp)
+            if dir is None:
+                partitions.append(PartitionDescription(tp.partition, 0, 0, 0, ()))
+                continue
+            with self.open_log(tp) as log:
+                known = log.segment_metadata()  # object stores: no .timeindex GET per segment
+                segments = tuple(
+                    SegmentDescription(int(s.base_offset), int(s.size), int(largest_timestamp(s, known)))
+                    for s in log.segments
+                    if s.size or s is log.active_segment
+                )
+                partitions.append(
+                    PartitionDescription(
+                        tp.partition,
+                        int(log.log_start_offset),
+                        int(log.log_end_offset),
+                        int(log.size),
+                        segments,
+                        log_dir=self.url(self._log_dir_of_path(dir)),
                     )
-                    continue
-                with self.open_log(tp) as log:
-                    known = log.segment_metadata()  # object stores: no .timeindex GET per segment
-                    t["partitions"].append(
-                        {
-                            "partition": tp.partition,
-                            "logDir": self.url(self._log_dir_of_path(dir)),
-                            "logStartOffset": log.log_start_offset,
-                            "logEndOffset": log.log_end_offset,
-                            "size": log.size,
-                            "segments": [
-                                {
-                                    "baseOffset": s.base_offset,
-                                    "size": s.size,
-                                    "largestTimestamp": largest_timestamp(s, known),
-                                }
-                                for s in log.segments
-                                if s.size or s is log.active_segment
-                            ],
-                        }
-                    )
-            out["topics"].append(t)
+                )
+        return TopicDescription(name, meta.topic_id, meta.config.overrides, tuple(partitions))

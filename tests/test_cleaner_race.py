@@ -13,8 +13,8 @@ import os
 
 from kafka_reference import kp_batch, kp_parse
 
-from kafkalog_ds.maintenance import run_once
 from storage.cleaner.cleaner import Cleaner
+from storage.log_maintenance import run_once
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition, parse_segment_file
 

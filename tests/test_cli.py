@@ -456,7 +456,7 @@ def test_describe_human_and_json(capsys, root):
     )
     rc, out, _ = run(capsys, "describe", root, "--json")
     doc = json.loads(out)
-    assert doc == LogManager(root).describe()
+    assert doc == LogManager(root).describe().to_dict()
     rc, out, _ = run(capsys, "describe", root)
     lines = out.splitlines()
     assert lines[0] == f"Log dir: {root}"
@@ -685,13 +685,14 @@ def test_produce_shows_progress_on_a_terminal_only(capsys, root, monkeypatch):
 
 
 def test_maintain_spark_passes_master_storage_and_cleaner_options_on(root, capsys, monkeypatch):
-    """`kafkalog maintain --once --spark` runs python -m kafkalog_ds.maintenance's pass with the same
-    ROOT, topics, --fs, --cleaner-config and --master (the Spark session itself is that entry's)."""
+    """`kafkalog maintain --once --spark` runs the pass as a Spark job with the same ROOT, topics, --fs,
+    --cleaner-config and --master; `python -m kafkalog_ds.maintenance` is that command with --once."""
     import kafkalog_ds.maintenance as maintenance
+    from kafkalog_ds.maintenance.__main__ import main as maintenance_main
 
     run(capsys, "topics", root, "--create", "--topic", "a", "--partitions", "1")
     seen = []
-    monkeypatch.setattr(maintenance, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(maintenance, "run_on_spark", lambda root, **kw: seen.append((root, kw)) or [])
     code, _, _ = run(
         capsys,
         "maintain",
@@ -708,21 +709,11 @@ def test_maintain_spark_passes_master_storage_and_cleaner_options_on(root, capsy
         "log.cleaner.io.buffer.load.factor=0.5",
     )
     assert code == 0
-    assert seen == [
-        [
-            root,
-            "--spark",
-            "--master",
-            "spark://h:7077",
-            "--topic",
-            "a",
-            "--fs",
-            "anon=true",
-            "--cleaner-config",
-            "log.cleaner.io.buffer.load.factor=0.5",
-        ]
-    ]
+    [(given_root, kw)] = seen
+    assert given_root == root and kw["master"] == "spark://h:7077" and kw["topics"] == ["a"]
+    assert kw["storage_options"] == {"anon": True}
+    assert kw["cleaner_settings"] == {"log.cleaner.io.buffer.load.factor": "0.5"}
     code, _, err = run(capsys, "maintain", root, "--spark")
     assert code == 2 and "use it with --once" in err
     monkeypatch.undo()
-    assert maintenance.main([root, "--once"]) == 0  # the module's entry takes --once too
+    assert maintenance_main([root, "--once"]) == 0  # the module's entry takes --once too

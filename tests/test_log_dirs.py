@@ -124,7 +124,7 @@ def test_partitions_are_found_in_any_dir_and_checkpoints_are_per_dir(capsys, dir
         (2, 2),
     ]
     doc = lm.describe()
-    assert [(p["partition"], p["logDir"], p["logEndOffset"]) for p in doc["topics"][0]["partitions"]] == [
+    assert [(p.partition, p.log_dir, p.log_end_offset) for p in doc.topics[0].partitions] == [
         (p, where[TopicPartition("t", p)], p + 1) for p in range(3)
     ]
     for d in dirs:

@@ -312,7 +312,7 @@ def test_a_snapshot_sees_topics_created_and_deleted_through_it(root):
         assert lm.topics() == []
         lm.get_or_create_topic("new", 2)
         assert lm.topics() == ["new"] and lm.topic("new").partitions == 2
-        assert all("logDir" in p for p in lm.describe()["topics"][0]["partitions"])  # its directories are seen
+        assert all(p.log_dir is not None for p in lm.describe().topics[0].partitions)  # its directories are seen
         lm.open_log(TopicPartition("new", 1)).close()
         lm.delete_topic("new")
         assert lm.topics() == []

@@ -149,4 +149,4 @@ def test_job_beside_a_live_streaming_writer_loses_nothing(spark_session, tmp_pat
     expected = {str(k).encode(): max(i for i in range(6000) if i % 40 == k) for k in range(40)}
     assert got == expected
     lm = LogManager(root)
-    assert json.dumps(lm.describe(["kv"]))  # loadable
+    assert json.dumps(lm.describe(["kv"]).to_dict())  # loadable

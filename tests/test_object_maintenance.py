@@ -24,9 +24,9 @@ from s3_server import s3_root, s3_server  # noqa: F401  (fixtures)
 from test_cleaner import Model
 from test_object_log import expected_indexes
 
-from kafkalog_ds.maintenance import main as maintenance_main
-from kafkalog_ds.maintenance import run_once
+from kafkalog_ds.maintenance.__main__ import main as maintenance_main
 from storage.errors import CorruptRecordError, KafkaStorageError, MaintenanceLeaseError
+from storage.log_maintenance import run_once
 from storage.log_manager import LogManager
 from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE
 from storage.objects.maintenance_lease import MaintenanceLease
@@ -640,7 +640,7 @@ def test_overlapping_swaps_are_reported_and_a_second_swap_rolls_itself_back():
 def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
     import pickle
 
-    from kafkalog_ds.maintenance import _maintain_task
+    from storage.log_maintenance import maintain_partitions
 
     lm = manager({"retention.ms": "-1"})
     for i in range(4):
@@ -649,9 +649,9 @@ def test_a_spark_task_works_under_the_drivers_lease_and_not_without_it():
     lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=60_000, clock=lambda: now).acquire()
     held = (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
     fs = pickle.loads(pickle.dumps(lm.fs))  # as shipped to an executor
-    [rep] = _maintain_task([("t", 0)], lm.root, now, None, FAST, held, fs)
+    [rep] = maintain_partitions([("t", 0)], lm.root, now, None, FAST, held, fs)
     assert not rep.errors and rep.merged_groups == 1
-    [rep] = _maintain_task([("t", 0)], lm.root, now, None, FAST, ("someone-else",) + held[1:], fs)
+    [rep] = maintain_partitions([("t", 0)], lm.root, now, None, FAST, ("someone-else",) + held[1:], fs)
     assert rep.errors and "lost the maintenance lease" in rep.errors[0] and lease.holder in rep.errors[0]
 
 
@@ -746,7 +746,6 @@ def start_appender(open_lm, at_least: int):
 def test_a_pass_with_nothing_due_lists_the_log_dir_a_few_times_not_once_per_partition(s3_server, s3_root):  # noqa: F811
     """Each partition's listing is refreshed; the log dir's (every partition prefix, so it grows with them)
     is listed a bounded number of times per pass, not once or twice per partition."""
-    from kafkalog_ds.maintenance import run_once
 
     url, opts = s3_root
     lm = LogManager(url, opts)

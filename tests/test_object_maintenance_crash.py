@@ -19,7 +19,7 @@ import pytest
 from kafka_reference import kp_batch, kp_parse
 from test_object_log import expected_indexes
 
-from kafkalog_ds.maintenance import run_once
+from storage.log_maintenance import run_once
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.topic_partition import TopicPartition, parse_segment_file

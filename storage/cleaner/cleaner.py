@@ -24,6 +24,7 @@ import contextlib
 import logging
 import tempfile
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from ..fs.local import LocalFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import plan_index_entries
 from ..log import Log
+from ..log_config import parse_option
 from ..log_loader import LOCK_FILE
 from ..log_segment import LogSegment
 from ..records import record_batch as rb
@@ -56,7 +58,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CleanerConfig:
-    """The broker-level log.cleaner.* settings the cleaner uses."""
+    """The broker-level log.cleaner.* settings the cleaner uses, checked by SETTINGS (also when built
+    directly, with typed values)."""
 
     dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE  # log.cleaner.dedupe.buffer.size
     io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR  # log.cleaner.io.buffer.load.factor
@@ -67,46 +70,30 @@ class CleanerConfig:
     merge_min_age_ms: int = 60_000
     lease_ttl_ms: int = 600_000
 
-    KAFKA_NAMES = {
-        "log.cleaner.dedupe.buffer.size": "dedupe_buffer_size",
-        "log.cleaner.io.buffer.load.factor": "io_buffer_load_factor",
-        "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
-        "kafkalog.segment.merge.min.age.ms": "merge_min_age_ms",
-        "kafkalog.maintenance.lease.ttl.ms": "lease_ttl_ms",
+    # the settings from_dict takes, by Kafka name: (attribute, ConfigDef type, bounds)
+    SETTINGS: ClassVar[dict[str, tuple[str, str, dict]]] = {
+        "log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", "long", {}),
+        "log.cleaner.io.buffer.load.factor": ("io_buffer_load_factor", "double", {"above": 0, "at_most": 1}),
+        "log.cleaner.io.max.bytes.per.second": ("io_max_bytes_per_second", "double", {"above": 0}),
+        "kafkalog.segment.merge.min.age.ms": ("merge_min_age_ms", "long", {"at_least": 0}),
+        "kafkalog.maintenance.lease.ttl.ms": ("lease_ttl_ms", "long", {"at_least": 1000}),
     }
 
     def __post_init__(self):
-        if not 0 < self.io_buffer_load_factor <= 1:
-            raise InvalidConfigError(
-                f"log.cleaner.io.buffer.load.factor must be in (0, 1], got {self.io_buffer_load_factor}"
-            )
-        if not self.io_max_bytes_per_second > 0:
-            raise InvalidConfigError(
-                f"log.cleaner.io.max.bytes.per.second must be positive, got {self.io_max_bytes_per_second}"
-            )
-        if self.lock_timeout_ms < 0:
-            raise InvalidConfigError(f"lock timeout must be >= 0 ms, got {self.lock_timeout_ms}")
-        if self.merge_min_age_ms < 0:
-            raise InvalidConfigError(f"kafkalog.segment.merge.min.age.ms must be >= 0, got {self.merge_min_age_ms}")
-        if self.lease_ttl_ms < 1000:
-            raise InvalidConfigError(f"kafkalog.maintenance.lease.ttl.ms must be >= 1000, got {self.lease_ttl_ms}")
+        for name, (attr, type_, bounds) in self.SETTINGS.items():
+            object.__setattr__(self, attr, parse_option(name, getattr(self, attr), type_, **bounds))
+        object.__setattr__(
+            self, "lock_timeout_ms", parse_option("lock_timeout_ms", self.lock_timeout_ms, "long", at_least=0)
+        )
         SkimpyOffsetMap.check_memory(self.dedupe_buffer_size)
 
     @classmethod
     def from_dict(cls, settings: dict) -> CleanerConfig:
         """From Kafka names (log.cleaner.dedupe.buffer.size, ...); values may be strings."""
-        kwargs = {}
-        for name, value in settings.items():
-            if name not in cls.KAFKA_NAMES:
-                raise InvalidConfigError(f"unknown cleaner setting {name!r}; known: {', '.join(cls.KAFKA_NAMES)}")
-            attr = cls.KAFKA_NAMES[name]
-            try:
-                kwargs[attr] = (
-                    int(value) if attr in ("dedupe_buffer_size", "merge_min_age_ms", "lease_ttl_ms") else float(value)
-                )
-            except (TypeError, ValueError):
-                raise InvalidConfigError(f"{name}: {value!r} is not a number") from None
-        return cls(**kwargs)
+        unknown = [name for name in settings if name not in cls.SETTINGS]
+        if unknown:
+            raise InvalidConfigError(f"unknown cleaner setting {unknown[0]!r}; known: {', '.join(cls.SETTINGS)}")
+        return cls(**{cls.SETTINGS[name][0]: value for name, value in settings.items()})
 
 
 @dataclass

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 
 import fsspec
 
+from ..common.time import SYSTEM_TIME
 from ..errors import KafkaStorageError, LogLockedError
 from .filesystem import Appender, Capabilities, FileInfo, LogFileSystem
 
@@ -92,10 +92,10 @@ class MemoryFileSystem(LogFileSystem):
         if key in self._touched:
             return self._touched[key]
         created = self._fs.info(path).get("created")
-        return int(created.timestamp() * 1000) if created is not None else int(time.time() * 1000)
+        return int(created.timestamp() * 1000) if created is not None else SYSTEM_TIME.milliseconds()
 
     def touch(self, path):
-        self._touched[self._norm(path)] = int(time.time() * 1000)
+        self._touched[self._norm(path)] = SYSTEM_TIME.milliseconds()
 
     def write_atomic(self, path, data, *, durable=True):
         self._fs.pipe_file(path, bytes(data))

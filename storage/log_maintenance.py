@@ -10,35 +10,31 @@ On object stores (no locks) the job also merges small segments (storage/cleaner/
 rewrite is a create-only swap or an idempotent copy-and-delete, and one job per log dir runs at a
 time, by a create-only lease (storage/objects/maintenance_lease.py).
 
-    kafkalog maintain ROOT --once          one pass (cron, Airflow)
-    kafkalog maintain ROOT                 a pass every log.retention.check.interval.ms
-    python -m kafkalog_ds.maintenance ROOT [--fs k=v] [--spark [--master URL]]
-                                           one pass (with --spark, partitions spread over executors)
+A pass runs its partitions here, or hands them to a `distribute` function that runs slices of them
+elsewhere (kafkalog_ds.maintenance: as Spark tasks), each slice by maintain_partitions. The command
+is `kafkalog maintain` (kafkalog_ds/cli.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from storage.cleaner.cleaner import CleanerConfig
-from storage.cleaner.log_cleaner_manager import LogCleanerManager
-from storage.cleaner.segment_merger import merge_small_segments
-from storage.common.time import SYSTEM_TIME
-from storage.errors import KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
-from storage.fs.storage_options import storage_options_from_cli
-from storage.log_manager import LogManager
-from storage.log_retention import delete_old_segment_objects
-from storage.objects.maintenance_lease import MaintenanceLease, attach_lease
-from storage.segment_swap import complete_pending_swaps
-from storage.topic_partition import TopicPartition
+from .cleaner.cleaner import CleanerConfig
+from .cleaner.log_cleaner_manager import LogCleanerManager
+from .cleaner.segment_merger import merge_small_segments
+from .common.time import SYSTEM_TIME
+from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
+from .log_manager import LogManager
+from .log_retention import delete_old_segment_objects
+from .objects.maintenance_lease import MaintenanceLease, attach_lease
+from .segment_swap import complete_pending_swaps
+from .topic_partition import TopicPartition
 
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
-TASKS_PER_CORE = 4  # --spark: partitions go to this many tasks per core, each with one LogManager snapshot
 
 
 @dataclass
@@ -85,6 +81,12 @@ class PartitionReport:
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
+
+
+#: Runs a pass's partitions elsewhere: called with the partitions and the arguments that follow the slice
+#: in maintain_partitions (root, now, storage options, cleaner settings, the lease held, fs); it runs
+#: maintain_partitions(slice, *args) on slices of them and returns every report.
+Distribute = Callable[[list[TopicPartition], tuple], list[PartitionReport]]
 
 
 def _record_cleaning(c, rep) -> None:
@@ -252,25 +254,24 @@ def run_once(
     storage_options: dict | None = None,
     cleaner_settings: dict | None = None,
     out: TextIO | None = None,
-    spark=None,
+    distribute: Distribute | None = None,
     fs=None,
     clock=None,
 ) -> list[PartitionReport]:
-    """One pass over every partition (of `topics`, if given), then the root's duties. With `spark`,
-    partitions are spread over its executors, one task each. `clock` (ms) is what the object-store
-    lease runs on: by default now_ms plus the time the pass has taken (tests give a clock of their own)."""
+    """One pass over every partition (of `topics`, if given), then the root's duties. With `distribute`,
+    the partitions are maintained by it (see Distribute) instead of here, one after another. `clock` (ms)
+    is what the object-store lease runs on: by default now_ms plus the time the pass has taken (tests
+    give a clock of their own)."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     cc = CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
     lm = LogManager(root, storage_options, fs=fs)
     lease = None
     if not lm.fs.capabilities.locks:  # object store: one job per log dir, by a create-only lease
-        if clock is None:
-            started = time.monotonic()
-            clock = lambda: now + int((time.monotonic() - started) * 1000)
-        lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=cc.lease_ttl_ms, clock=clock).acquire()
+        lease_clock = clock if clock is not None else _clock_from(now)
+        lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=cc.lease_ttl_ms, clock=lease_clock).acquire()
     try:
         with lease.keep_alive() if lease is not None else contextlib.nullcontext():
-            reports = _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, lease, fs)
+            reports = _pass(lm, root, topics, now, storage_options, cleaner_settings, out, distribute, lease, fs)
     finally:
         if lease is not None:
             lease.release()
@@ -283,18 +284,16 @@ def run_once(
     return reports
 
 
-def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, lease, fs) -> list[PartitionReport]:
+def _pass(
+    lm, root, topics, now, storage_options, cleaner_settings, out, distribute, lease, fs
+) -> list[PartitionReport]:
     with lm.snapshot():
         names = topics if topics is not None else lm.topics()
         tps = [tp for t in names for tp in lm.partitions(t)]
     progress = _Progress(out, len(tps)) if out is not None else None
-    if spark is not None and tps:
+    if distribute is not None and tps:
         held = None if lease is None else (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
-        args = (root, now, storage_options, cleaner_settings, held, fs)
-        sc = spark.sparkContext
-        slices = min(len(tps), max(1, sc.defaultParallelism) * TASKS_PER_CORE)
-        rdd = sc.parallelize([tuple(tp) for tp in tps], slices)
-        reports = rdd.mapPartitions(lambda part: _maintain_task(list(part), *args)).collect()
+        reports = distribute(tps, (root, now, storage_options, cleaner_settings, held, fs))
         for rep in reports:
             if progress:
                 progress.report(rep)
@@ -325,16 +324,22 @@ def _pass(lm, root, topics, now, storage_options, cleaner_settings, out, spark, 
     return reports
 
 
-def _maintain_task(
+def _clock_from(now_ms: int) -> Callable[[], int]:
+    """A lease clock (ms): now_ms, plus the time since this call."""
+    started = time.monotonic()
+    return lambda: now_ms + int((time.monotonic() - started) * 1000)
+
+
+def maintain_partitions(
     tps: list[tuple], root: str, now: int, storage_options, cleaner_settings, held=None, fs=None
 ) -> list[PartitionReport]:
-    """One Spark task: a slice of the partitions, one LogManager snapshot for all of them."""
+    """One slice of a pass's partitions, run where `distribute` sends it (a Spark task): one LogManager
+    snapshot for all of them. `held` is the driver's object-store lease, checked here, never taken."""
     lease = None
     lm = LogManager(root, storage_options, fs=fs)
-    if held is not None:  # the driver's lease, checked (not taken) by the task
-        started = time.monotonic()
+    if held is not None:
         lease = attach_lease(lm.fs, lm.root, *held[:4])
-        lease.clock = lambda: held[4] + int((time.monotonic() - started) * 1000)
+        lease.clock = _clock_from(held[4])
     with lm.snapshot():
         return [
             maintain_partition(
@@ -370,65 +375,3 @@ def run_forever(
             out.write("\r\033[K")
             out.flush()
         raise
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kafkalog_ds.maintenance ROOT --spark`: one pass as a Spark job (spark-submit works too)."""
-    p = argparse.ArgumentParser(prog="python -m kafkalog_ds.maintenance", description=__doc__.splitlines()[0])
-    p.add_argument("root", metavar="ROOT")
-    p.add_argument("--topic", action="append")
-    p.add_argument(
-        "--once", action="store_true", help="one pass, then exit (the only mode here; as `kafkalog maintain`)"
-    )
-    p.add_argument("--spark", action="store_true", help="spread partitions over Spark executors")
-    p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    p.add_argument(
-        "--fs",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an fsspec storage option for ROOT, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)",
-    )
-    p.add_argument(
-        "--cleaner-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="log.cleaner.* settings, kafkalog.segment.merge.min.age.ms, kafkalog.maintenance.lease.ttl.ms",
-    )
-    args = p.parse_args(argv)
-    settings = {}
-    for pair in args.cleaner_config:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            p.error(f"--cleaner-config takes KEY=VALUE, got {pair!r}")
-        settings[key.strip()] = value.strip()
-    spark = None
-    if args.spark:
-        import os
-
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.appName("kafkalog-maintenance").master(args.master).getOrCreate()
-    try:
-        reports = run_once(
-            args.root,
-            topics=args.topic,
-            out=sys.stdout,
-            spark=spark,
-            storage_options=storage_options_from_cli(args.fs),
-            cleaner_settings=settings,
-        )
-    except KafkaLogError as e:  # e.g. another job holds an object store's maintenance lease
-        print(f"kafkalog maintain: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 1
-    finally:
-        if spark is not None:
-            spark.stop()
-    return 1 if any(r.errors for r in reports) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The maintenance job as a Spark job: storage/log_maintenance.py's pass with the partitions spread over
+Spark executors, TASKS_PER_CORE tasks per core, each maintaining its slice under one LogManager snapshot.
+
+    kafkalog maintain ROOT --once --spark [--master URL]     (kafkalog_ds/cli.py, the one parser)
+    python -m kafkalog_ds.maintenance ROOT [options]         the same as `kafkalog maintain ROOT --once`,
+                                                             for spark-submit (__main__.py)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from storage import log_maintenance
+from storage.log_maintenance import PartitionReport, maintain_partitions
+
+TASKS_PER_CORE = 4  # partitions go to this many tasks per core, each with one LogManager snapshot
+
+
+def run_once(root: str, *, spark=None, **kwargs) -> list[PartitionReport]:
+    """One maintenance pass (storage.log_maintenance.run_once, same keywords); with `spark`, a
+    SparkSession, its partitions are maintained by Spark tasks."""
+    return log_maintenance.run_once(root, distribute=None if spark is None else _on_spark(spark), **kwargs)
+
+
+def run_on_spark(root: str, *, master: str, **kwargs) -> list[PartitionReport]:
+    """One pass as a Spark job of its own (`kafkalog maintain --once --spark`): a session on `master`,
+    stopped when the pass ends."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("kafkalog-maintenance").master(master).getOrCreate()
+    try:
+        return run_once(root, spark=spark, **kwargs)
+    finally:
+        spark.stop()
+
+
+def _on_spark(spark) -> log_maintenance.Distribute:
+    def distribute(tps, task_args) -> list[PartitionReport]:
+        sc = spark.sparkContext
+        slices = min(len(tps), max(1, sc.defaultParallelism) * TASKS_PER_CORE)
+        rdd = sc.parallelize([tuple(tp) for tp in tps], slices)
+        return rdd.mapPartitions(lambda part: maintain_partitions(list(part), *task_args)).collect()
+
+    return distribute
