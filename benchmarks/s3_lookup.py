@@ -1,7 +1,7 @@
 """Requests and bytes of a timestamp lookup on an S3 log of 500 segment objects, counted by the S3 server.
 
 Run:  python benchmarks/s3_lookup.py [--segments 500]
-moto's S3 server runs in this process on 127.0.0.1 (the tests' server, tests/s3_server.py, with its
+moto's S3 server runs in this process on 127.0.0.1 (the tests' server, tests/helpers/s3_server.py, with its
 request log). One partition gets one segment object per append (100 records of ~200 bytes, about
 20 KB, default index.interval.bytes), timestamps growing with offsets. For a T in the first, middle
 and last segment it reports, from a fresh LogManager each time (listings included):

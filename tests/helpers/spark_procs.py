@@ -1,6 +1,6 @@
 """The processes of a Spark driver started in a session of its own (start_new_session=True), and how to
 SIGKILL all of them at one moment: the driver, its JVM, executor JVMs and every Python worker.
-Shared by tests/test_spark_kill.py and tests/test_spark_cluster.py."""
+Shared by tests/spark/test_spark_kill.py and tests/spark/test_spark_cluster.py."""
 
 from __future__ import annotations
 

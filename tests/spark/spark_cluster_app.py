@@ -1,4 +1,4 @@
-"""The Spark driver of tests/test_spark_cluster.py: `python tests/spark_cluster_app.py CONTROL_DIR`.
+"""The Spark driver of tests/spark/test_spark_cluster.py: `python tests/spark/spark_cluster_app.py CONTROL_DIR`.
 
 Runs the phases listed in CONTROL_DIR/spec.json, in order, in ONE SparkSession on the spec's master
 (`local-cluster[2,1,1024]`: a standalone master and worker inside the driver's JVM, and two executor JVMs

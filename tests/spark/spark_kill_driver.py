@@ -1,4 +1,4 @@
-"""A streaming query for the kill -9 test: `python tests/spark_kill_driver.py ROOT CHECKPOINT N_ROWS [INPUT]`.
+"""A streaming query for the kill -9 test: `python tests/spark/spark_kill_driver.py ROOT CHECKPOINT N_ROWS [INPUT]`.
 
 Reads INPUT (parquet files of row numbers, written if missing; default CHECKPOINT + "-input") one
 file per micro-batch and appends it to ROOT's topic "events" with format("kafkalog"), under

@@ -217,7 +217,7 @@ def test_the_topic_option_overrides_the_topic_column(tmp_path):
 
 
 def test_a_missing_topic_fails_and_an_empty_read_says_why(tmp_path, caplog):
-    """As Spark's Kafka source (tests/test_kafka_connector_side_by_side.py runs both): a subscribed or
+    """As Spark's Kafka source (tests/spark/test_kafka_connector_side_by_side.py runs both): a subscribed or
     assigned topic that is not there fails the read, batch or stream, naming the topics that are; an
     assigned partition the topic lacks is not read, and a pattern matching nothing reads nothing, each
     with a warning saying so; a batch read of a ROOT that does not exist fails."""

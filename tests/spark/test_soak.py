@@ -1,6 +1,6 @@
 """Soak: a streaming query into kafkalog, the maintenance loop and readers, together for minutes.
 
-Off by default: `pytest --soak 300 tests/test_soak.py` (or KAFKALOG_SOAK_SECONDS=300). Every wait is
+Off by default: `pytest --soak 300 tests/spark/test_soak.py` (or KAFKALOG_SOAK_SECONDS=300). Every wait is
 a seeded random pause between steps, never a timeout raced against a TTL; the duration only says how
 long the three keep going. Checked: the query never fails, every record of the delete-policy topic is
 there exactly once, the compacted topic keeps the latest value of every key, and every read along the

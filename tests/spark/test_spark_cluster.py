@@ -1,7 +1,7 @@
 """format("kafkalog") on a Spark cluster: `local-cluster[2,1,1024]`, a standalone master and worker in the
 driver's JVM and two executor JVMs, which the worker relaunches when they die.
 
-Each scenario runs tests/spark_cluster_app.py as a driver subprocess of its own (one process holds one
+Each scenario runs tests/spark/spark_cluster_app.py as a driver subprocess of its own (one process holds one
 SparkContext; pytest-spark's session is local[2]) in a session of its own, so the test can find its
 executor JVMs (`org.apache.spark.executor.CoarseGrainedExecutorBackend`, with `--executor-id`) and kill
 them, or kill all of it. Input is the app's counter source: row i has value str(i), so the test knows the

@@ -1,5 +1,5 @@
 """format("kafkalog") as a drop-in for format("kafka"): what a job written for Spark's Kafka connector
-does, checked in one shared SparkSession (the option rules themselves: tests/test_connector_options.py)."""
+does, checked in one shared SparkSession (the option rules themselves: tests/spark/test_connector_options.py)."""
 
 from __future__ import annotations
 

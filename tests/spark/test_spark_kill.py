@@ -2,7 +2,7 @@
 checkpoint: every source row is in the log exactly once. The default suite kills 6 times (each kill mode
 twice); the issue's acceptance run is 20 kills: `--kill-rounds 20` (or KAFKALOG_KILL_ROUNDS=20).
 
-tests/spark_kill_driver.py runs the query in a session of its own; every process of it (driver, JVM,
+tests/spark/spark_kill_driver.py runs the query in a session of its own; every process of it (driver, JVM,
 Python workers) is SIGKILLed at one moment, a random time after the run's first micro-batch commit
 or on seeing a write or commit under way. Between runs the files on disk tell which phase each
 kill hit. kafka-python reads the result.

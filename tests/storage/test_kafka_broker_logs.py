@@ -15,7 +15,7 @@ a batch read from a timestamp), and held to:
 - Kafka's DumpLogSegments over the same files.
 
 Kafka's ListOffsets by timestamp counts transaction markers (they carry the broker's clock), so some answers here are
-a marker's offset; tests/test_log.py holds that rule with no broker.
+a marker's offset; tests/storage/test_log.py holds that rule with no broker.
 """
 
 from __future__ import annotations

@@ -287,7 +287,7 @@ def test_append_with_a_scan_that_does_not_cover_the_bytes_is_refused(root):
 def test_timestamp_lookup_counts_transaction_markers_as_kafka_does(root):
     """Kafka's ListOffsets by time walks every batch, markers included (FileRecords.searchForTimestamp), and
     a marker carries the broker's clock: data ts=1000 @0, COMMIT ts=5000 @1, data ts=2000 @2 answer 1 for
-    1500 and for 3000 (as a real broker did, tests/test_kafka_broker_logs.py)."""
+    1500 and for 3000 (as a real broker did, tests/storage/test_kafka_broker_logs.py)."""
 
     def data(offset, ts):
         b = bytearray(kp_batch([(ts, None, b"v", [])], producer_id=7, producer_epoch=0, base_sequence=offset))

@@ -3,7 +3,7 @@ small segments, retention and delete-records, compaction, readers in flight, a l
 job, the lease that keeps a second job out, and the CLI on a real S3 endpoint (moto server).
 
 References are independent: kafka-python parses every segment object; Kafka's groupSegmentsBySize rule
-and its index rebuild (tests/kafka_reference.py) say what the merged objects and indexes must be;
+and its index rebuild (tests/helpers/kafka_reference.py) say what the merged objects and indexes must be;
 brute-force models say which records remain (retention rules, latest record per key).
 """
 
