@@ -624,7 +624,11 @@ def classify_dump(files: list, dviews: dict, parsed: DumpParser, res: O.OpResult
                 continue
             if len(recs) != len(exp_recs) or not prefix_ok:
                 j = next(
-                    (j for j, (e, r) in enumerate(zip(exp_recs, recs, strict=False)) if not _dump_rec_eq(e, r, b.control)),
+                    (
+                        j
+                        for j, (e, r) in enumerate(zip(exp_recs, recs, strict=False))
+                        if not _dump_rec_eq(e, r, b.control)
+                    ),
                     min(len(recs), len(exp_recs)),
                 )
                 off = exp_recs[j].offset if j < len(exp_recs) else recs[j]["offset"]

@@ -480,8 +480,12 @@ def build(broker: KafkaBroker) -> Scenario:
                 int(p): (None if v is None else v["offset"]) for p, v in ans.items()
             }
     lists = answers[len(asks) - 2 * len(topics) :]
-    earliest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[: len(topics)], strict=False) for p, v in ans.items()}
-    latest = {(t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics) :], strict=False) for p, v in ans.items()}
+    earliest = {
+        (t, int(p)): v["offset"] for t, ans in zip(topics, lists[: len(topics)], strict=False) for p, v in ans.items()
+    }
+    latest = {
+        (t, int(p)): v["offset"] for t, ans in zip(topics, lists[len(topics) :], strict=False) for p, v in ans.items()
+    }
 
     files = sorted(
         str(broker.log_dir / d / f)

@@ -37,7 +37,9 @@ def read_topic(root: str, topic: str) -> list[tuple[int, int, bytes, int]]:
                 last = offs[-1]
                 out += [
                     (tp.partition, o, k, int(v))
-                    for o, k, v in zip(offs, batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=False)
+                    for o, k, v in zip(
+                        offs, batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=False
+                    )
                 ]
     return out
 

@@ -45,7 +45,9 @@ def build_log(root, batches, config, sessions, per_append):
                     base = len(model)
                     recs = [(ts, None, b"v%d" % (base + i), []) for i, ts in enumerate(timestamps)]
                     data += kp_batch(recs)
-                    model.extend([(base + i, ts, r[2]) for i, (ts, r) in enumerate(zip(timestamps, recs, strict=False))])
+                    model.extend(
+                        [(base + i, ts, r[2]) for i, (ts, r) in enumerate(zip(timestamps, recs, strict=False))]
+                    )
                 info = log.append(data)
                 assert (info.first_offset, info.last_offset) == (first, len(model) - 1)
     return lm, model
@@ -70,7 +72,10 @@ def test_reads_match_brute_force(workload, data):
                     (o, t, v)
                     for b in log.read_records(start, end)
                     for o, t, v in zip(
-                        b.column("offset").to_pylist(), b.column("timestamp").to_pylist(), b.column("value").to_pylist(), strict=False
+                        b.column("offset").to_pylist(),
+                        b.column("timestamp").to_pylist(),
+                        b.column("value").to_pylist(),
+                        strict=False,
                     )
                 ]
                 assert got == model[start:end]

@@ -134,7 +134,8 @@ def test_appends_reads_reopens_and_timestamp_lookups_match_a_model(seed):
                     zip(
                         got.column("timestamp").cast(pa.int64()).to_pylist(),
                         got.column("key").to_pylist(),
-                        got.column("value").to_pylist(), strict=False,
+                        got.column("value").to_pylist(),
+                        strict=False,
                     )
                 )
                 == model[lo:hi]

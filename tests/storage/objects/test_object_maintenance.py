@@ -102,7 +102,8 @@ def read_all(log, start=None) -> list[tuple]:
             t.column("offset").to_pylist(),
             t.column("timestamp").cast(pa.int64()).to_pylist(),
             t.column("key").to_pylist(),
-            t.column("value").to_pylist(), strict=False,
+            t.column("value").to_pylist(),
+            strict=False,
         )
     )
 

@@ -117,7 +117,9 @@ def read_records(root) -> list[tuple]:
     if not batches:
         return []
     t = pa.Table.from_batches(batches)
-    return list(zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist(), strict=False))
+    return list(
+        zip(t.column("offset").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist(), strict=False)
+    )
 
 
 def append_after(root) -> int:

@@ -58,7 +58,10 @@ def batches_of(buf: bytes):
     """Each batch's header (via record_batch) and bytes."""
     scan = scan_batches(buf)
     assert scan.end == len(buf)
-    return [(scan.header(i), buf[int(p) : int(p) + int(s)]) for i, (p, s) in enumerate(zip(scan.positions, scan.sizes, strict=False))]
+    return [
+        (scan.header(i), buf[int(p) : int(p) + int(s)])
+        for i, (p, s) in enumerate(zip(scan.positions, scan.sizes, strict=False))
+    ]
 
 
 def kp_records(buf: bytes):
