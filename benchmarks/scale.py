@@ -70,7 +70,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)  # sink (cpu accounting), s3_lookup (the --s3 server)
-sys.path.insert(0, os.path.join(REPO, "tests"))  # s3_server
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -59,7 +59,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)  # sink, source, latency: inputs, floors, CPU accounting
-sys.path.insert(0, os.path.join(REPO, "tests"))  # realkafka: the jars and the broker
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
@@ -73,12 +72,12 @@ from latency import (  # noqa: E402
 # The floors are classes of those modules (defined inside their functions) that call module functions
 # (latency.rows): Spark's Python workers get them by value, as when each script runs them as __main__.
 from pyspark import cloudpickle  # noqa: E402
-from realkafka import jars  # noqa: E402
-from realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
 from sink import Bench, machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 from source import floor_source  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
+from tests.realkafka import jars  # noqa: E402  (the tests' real Kafka: jars from Maven, a KRaft broker)
+from tests.realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
 
 for _module in ("latency", "sink", "source"):
     cloudpickle.register_pickle_by_value(sys.modules[_module])

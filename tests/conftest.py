@@ -1,5 +1,10 @@
-"""Shared fixtures: a fresh log dir on local disk and in fsspec's memory store."""
+"""Shared fixtures: a fresh log dir on local disk and in fsspec's memory store, the S3 server, the Kafka broker.
 
+tests/ is a package (tests/__init__.py), so pytest puts the repository root on sys.path and test modules
+import what they share as `tests.helpers...` and `tests.realkafka...`.
+"""
+
+import logging
 import os
 import sys
 import uuid
@@ -11,9 +16,8 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 import pytest  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))  # tests/kafka_reference.py, tests/realkafka/
-
-from realkafka import jars  # noqa: E402
+from tests.helpers.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server  # noqa: E402
+from tests.realkafka import jars  # noqa: E402
 
 
 @pytest.fixture
@@ -28,27 +32,66 @@ def any_root(request, tmp_path):
     return f"memory://kl-{uuid.uuid4().hex}"
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """A running S3Server for the whole session, with dummy AWS credentials in the environment."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_CONFIG_FILE": os.devnull,
+        }.items():
+            mp.setenv(k, v)
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        mp.delenv("AWS_PROFILE", raising=False)
+        server = S3Server().start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_root(s3_server):
+    """(url, storage_options) of a fresh prefix in the test bucket: tests never see each other's keys."""
+    return f"s3://{BUCKET}/t-{uuid.uuid4().hex[:12]}", s3_server.storage_options
+
+
+@pytest.fixture
+def s3_faults(s3_server):
+    """The session's S3Server, with every fault a test added removed (and held requests released) after it."""
+    try:
+        yield s3_server
+    finally:
+        s3_server.clear_faults()
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--soak",
         type=float,
         default=float(os.environ.get("KAFKALOG_SOAK_SECONDS", "0")),
         metavar="SECONDS",
-        help="run the soak tests for this long (tests/test_soak.py; also KAFKALOG_SOAK_SECONDS)",
+        help="run the soak tests for this long (tests/spark/test_soak.py; also KAFKALOG_SOAK_SECONDS)",
     )
     parser.addoption(
         "--kill-rounds",
         type=int,
         default=0,
         metavar="N",
-        help="driver kills in tests/test_spark_kill.py (default 6; the acceptance run is 20; also "
+        help="driver kills in tests/spark/test_spark_kill.py (default 6; the acceptance run is 20; also "
         "KAFKALOG_KILL_ROUNDS)",
     )
     parser.addoption(
         "--fuzz-long",
         action="store_true",
         default=False,
-        help="run the long mutation fuzzer (tests/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)",
+        help="run the long mutation fuzzer (tests/storage/test_fuzz.py; also KAFKALOG_FUZZ_LONG=1)",
     )
 
 
@@ -92,7 +135,7 @@ _BROKER = []  # the session's broker, once a test asked for it (its log is quote
 def kafka_broker_session(tmp_path_factory):
     """The session's KRaft broker, shared by every kafka test. Tests may stop it, so it is not always running:
     use `kafka_broker`, or `.ensure_running()` in a module-scoped fixture."""
-    from realkafka.broker import KafkaBroker, tool_classes
+    from tests.realkafka.broker import KafkaBroker, tool_classes
 
     tool_classes()
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))

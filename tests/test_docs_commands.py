@@ -23,7 +23,8 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
 FAIL_MARK = '|| echo "exit code $?"'
 
 

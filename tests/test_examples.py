@@ -9,9 +9,11 @@ import sys
 
 import pytest
 
+from tests.helpers import REPO
+
 pytestmark = pytest.mark.spark
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = os.path.join(REPO, "examples")
 
 
 def run(script, *args, cwd):

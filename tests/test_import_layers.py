@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 import pathlib
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
+ROOT = pathlib.Path(REPO).resolve()
 PACKAGES = ("storage", "python_datasource", "kafkalog_ds")
 LAYERS = {"storage": 0, "python_datasource": 1, "kafkalog_ds": 2}
 

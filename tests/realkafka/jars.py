@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 KAFKA_POM = HERE / "kafka-pom.xml"
 CONNECTOR_POM = HERE / "spark-kafka-pom.xml"
 # Maven Central serves Spark's artifacts up to 4.2.0: a newer pyspark gets the newest connector served
-# (tests/test_kafka_connector.py runs it there and docs/spark.md says how that was checked).
+# (tests/spark/test_kafka_connector_side_by_side.py runs it there and docs/spark.md says how that was checked).
 NEWEST_CONNECTOR = "4.2.0"
 NEEDS = (
     "the real-Kafka tests need Java 17 and Maven (`java`, `mvn` on PATH) to fetch Kafka "

@@ -1,5 +1,6 @@
 """Broker -> kafkalog: topics written by Kafka's own Java producer on a live KRaft broker, and what Kafka's own
-consumer, ListOffsets and DumpLogSegments say about them, for tests/test_kafka_broker_logs.py to hold kafkalog to.
+consumer, ListOffsets and DumpLogSegments say about them, for tests/storage/test_kafka_broker_logs.py to hold
+kafkalog to.
 
 `build(broker)` writes every scenario once (topics named `b2k-*`), waits on conditions the broker's files or
 checkpoints show (never on time), and returns a `Scenario`: the records Kafka's consumer returns (read_uncommitted),

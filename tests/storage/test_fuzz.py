@@ -1,0 +1,131 @@
+"""Seeded mutation fuzzing of the log engine (tests/fuzz/): damaged copies of valid logs, six operations
+each in a child process under a memory cap and a timeout, every outcome checked against an oracle
+that reads the bytes without the engine.
+
+Quick mode (the default suite, about a minute on 2 cores): the unmutated corpus through all six
+operations, the compression bomb through `read` and `consume`, and 70 mutants of each of 6 fixed
+seeds (no bomb mutants). Long mode (`pytest tests/storage/test_fuzz.py --fuzz-long`, or
+KAFKALOG_FUZZ_LONG=1): the bomb through all six operations and 10 seeds x 300 mutants, one in 100 a
+bomb mutant.
+
+A failure prints, per failing (mutant, operation): the seed, the mutant index, the mutation, the
+operation, the first differing offset, what happened, and the command that reproduces it:
+    PYTHONPATH=. python -m tests.fuzz.runner --seed S --only K --ops X -v
+The done-criterion (>= 300 mutants x 6 operations): no SILENT_WRONG, LOST, MEMORY, BAD_ERROR or HANG.
+No test here sleeps or races a clock; the timeout only detects hangs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.fuzz import ops as O
+from tests.fuzz.reference import Rec, partition_views
+from tests.fuzz.runner import FAILURES, Corpus, Runner, classify_read, summary_table
+
+QUICK_SEEDS = [101, 102, 103, 104, 105, 106]
+QUICK_MUTANTS = 70
+QUICK_BOMB_OPS = ["read", "consume"]
+LONG_SEEDS = list(range(1, 11))
+LONG_MUTANTS = 300
+LONG_BOMB_EVERY = 100
+JOBS = 2
+MAX_MESSAGES = 40
+
+
+def long_mode(config) -> bool:
+    return bool(config.getoption("--fuzz-long", default=False)) or os.environ.get("KAFKALOG_FUZZ_LONG") == "1"
+
+
+@pytest.fixture(scope="session")
+def fuzz_corpus(tmp_path_factory):
+    return Corpus.build(str(tmp_path_factory.mktemp("fuzz-corpus")))
+
+
+@pytest.fixture(scope="session")
+def fuzz_runner(fuzz_corpus, tmp_path_factory):
+    runner = Runner(fuzz_corpus, seed=0, work=str(tmp_path_factory.mktemp("fuzz-work")), jobs=JOBS, bomb_every=0)
+    yield runner
+    runner.close()
+
+
+def assert_no_failures(outcomes, what: str):
+    failures = [o for o in outcomes if o.cls in FAILURES]
+    if not failures:
+        return
+    shown = "\n".join(o.message() for o in failures[:MAX_MESSAGES])
+    more = (
+        f"\n... and {len(failures) - MAX_MESSAGES} more failing (mutant, op) pairs"
+        if len(failures) > MAX_MESSAGES
+        else ""
+    )
+    pytest.fail(
+        f"{what}: {len(failures)} failing (mutant, op) pair(s)\n{summary_table(outcomes)}\n\n{shown}{more}",
+        pytrace=False,
+    )
+
+
+def test_oracle_reads_the_clean_corpus_as_written(fuzz_corpus):
+    """The oracle's valid prefix of every unmutated partition is exactly what was appended."""
+    for topic, part in fuzz_corpus.manifest["partitions"].items():
+        views = partition_views(fuzz_corpus.root, topic)
+        got = [[r.offset, r.digest] for r in views[0].records]
+        assert got == part["written"], f"{topic}: the oracle does not read back what was written"
+        assert views[0].stop is None, f"{topic}: {views[0].stop}"
+        if part["kind"] == "swap":
+            assert len(views) == 2, "the .swap leftover gives a post-swap view"
+            written = {o: d for o, d in part["written"]}
+            assert all(written.get(r.offset) == r.digest for r in views[1].records)
+            assert len(views[1].records) < len(views[0].records), "the swap holds a compacted copy"
+
+
+def test_harness_detects_a_dropped_or_changed_record(fuzz_corpus):
+    """The comparison itself: serving the oracle's records minus one, or with one changed, is SILENT_WRONG."""
+    views = partition_views(fuzz_corpus.root, "c-none")
+    recs = views[0].records
+    served = [(r.offset, r.digest, r.preview) for r in recs]
+    assert classify_read(recs, None, served, None)[0][0] == "OK"
+    dropped = served[:10] + served[11:]
+    (cls, detail, first), _ = classify_read(recs, None, dropped, None)
+    assert cls == "SILENT_WRONG" and first == recs[10].offset, detail
+    changed = list(served)
+    changed[5] = (changed[5][0], "0" * 24, "x")
+    assert classify_read(recs, None, changed, None)[0][:1] == ("SILENT_WRONG",)
+    assert isinstance(recs[0], Rec)
+
+
+def test_clean_corpus_passes_every_operation(fuzz_corpus, fuzz_runner):
+    ks = [f"clean:{t}" for t in fuzz_corpus.manifest["partitions"] if t != "bomb"]
+    outcomes = fuzz_runner.run(ks, seed=0)
+    assert len(outcomes) == len(ks) * len(O.OPS)
+    assert_no_failures(outcomes, "unmutated corpus")
+    assert all(o.cls == "OK" for o in outcomes), [(o.k, o.op, o.cls, o.detail) for o in outcomes if o.cls != "OK"]
+
+
+def test_compression_bomb_is_read_within_the_memory_cap(fuzz_runner, request):
+    """3000 zstd batches of ~100 bytes, each inflating to 1 MB: a valid log that readers must stream."""
+    ops = list(O.OPS) if long_mode(request.config) else QUICK_BOMB_OPS
+    outcomes = fuzz_runner.run(["clean:bomb"], seed=0, ops=ops)
+    assert_no_failures(outcomes, f"compression bomb (memory cap {fuzz_runner.mem_cap / 2**20:.0f} MiB)")
+
+
+@pytest.mark.parametrize("seed", QUICK_SEEDS)
+def test_fuzz_quick(fuzz_runner, seed):
+    outcomes = fuzz_runner.run(range(QUICK_MUTANTS), seed=seed)
+    assert len(outcomes) == QUICK_MUTANTS * len(O.OPS)
+    assert_no_failures(outcomes, f"seed {seed}, mutants 0..{QUICK_MUTANTS - 1}")
+
+
+@pytest.mark.fuzz_long
+@pytest.mark.parametrize("seed", LONG_SEEDS)
+def test_fuzz_long(fuzz_corpus, tmp_path, request, seed):
+    if not long_mode(request.config):
+        pytest.skip("long fuzzing: pass --fuzz-long or set KAFKALOG_FUZZ_LONG=1")
+    runner = Runner(fuzz_corpus, seed=seed, work=str(tmp_path), jobs=JOBS, bomb_every=LONG_BOMB_EVERY)
+    try:
+        outcomes = runner.run(range(LONG_MUTANTS), seed=seed)
+    finally:
+        runner.close()
+    assert_no_failures(outcomes, f"seed {seed}, mutants 0..{LONG_MUTANTS - 1}")
