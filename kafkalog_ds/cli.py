@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 import fsspec.config
 
@@ -396,7 +396,9 @@ def not_a_log_dir(lm: LogManager) -> str | None:
 
 def _split_config_list(text: str) -> list[str]:
     """Split 'a=1,b=[x,y],c=2' at commas outside brackets (kafka-configs.sh --add-config syntax)."""
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -684,13 +686,13 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def main(argv: list[str] | None = None, *, stdin: BinaryIO | None = None) -> int:
+def main(argv: list[str] | None = None, *, stdin: BinaryIO | TextIO | None = None) -> int:
     """Run one kafkalog command; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
     out, err = sys.stdout, sys.stderr
     if not logging.getLogger().handlers:  # the engine's warnings (a rebuilt index, a cut tail), one line each
         logging.basicConfig(format="kafkalog: warning: %(message)s", level=logging.WARNING)
     if stdin is None:
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
     try:
         args = build_parser().parse_args(argv)
         return args.func(args, stdin, out, err) or 0

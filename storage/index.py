@@ -64,7 +64,7 @@ class AbstractIndex:
         self._cache = np.empty(0, self.entry_dtype)
         self._pending = bytearray()
         self._appender: Appender | None = None
-        self._reader = None  # FileReader, opened by the segment with its log (or on first load)
+        self._reader: FileReader | None = None  # opened by the segment with its log (or on first load)
 
     # ------------------------------------------------------------------ reading
     @property
@@ -98,12 +98,13 @@ class AbstractIndex:
 
     def _read_slots(self, start: int, end: int) -> np.ndarray:
         """Entries [start, end) straight from the file (one range read)."""
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             try:
-                self._reader = self.fs.open_reader(self.path)
+                reader = self._reader = self.fs.open_reader(self.path)
             except FileNotFoundError:  # removed or renamed since it was listed: an index is only a hint
                 raise CorruptIndexError(f"index file {self.fs.url(self.path)} is gone") from None
-        raw = self._reader.read(start * self.entry_size, end * self.entry_size)
+        raw = reader.read(start * self.entry_size, end * self.entry_size)
         if len(raw) != (end - start) * self.entry_size:
             raise CorruptIndexError(f"index file {self.fs.url(self.path)} shrank while being read")
         return np.frombuffer(raw, self.entry_dtype)

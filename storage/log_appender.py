@@ -19,7 +19,7 @@ from .errors import KafkaStorageError
 from .fs.filesystem import LogFileSystem
 from .log_config import LogConfig
 from .log_segment import BatchChunk, LogSegment, segment_settings, select_batches
-from .records.record_batch import BatchScan
+from .records.record_batch import BatchScan, MutableBytes, as_uint8
 from .topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -131,7 +131,7 @@ class LogAppender(ABC):
         return segment_settings(self.config)
 
     @abstractmethod
-    def append(self, buf: bytearray, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
+    def append(self, buf: MutableBytes, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
         """Write validated, offset-assigned batches (the first at `next_offset`) into the segments."""
 
     @abstractmethod
@@ -221,11 +221,11 @@ class InPlaceAppender(LogAppender):
         self._track_batches = track_batches
         self._bulk_writes = bulk_writes
 
-    def append(self, buf: bytearray, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
+    def append(self, buf: MutableBytes, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
         """Append the batches to the active segment, rolling wherever LogSegment.batches_before_roll
         (Kafka's shouldRoll) says so; each run between rolls is one write."""
         cfg = self.config
-        chunk = BatchChunk(memoryview(buf), scan, 0, "append")  # slices below are views, not copies
+        chunk = BatchChunk(as_uint8(buf).data, scan, 0, "append")  # slices below are views, not copies
         bases = scan.headers["base_offset"].astype(np.int64)
         seg = self.segments.last
         start = 0

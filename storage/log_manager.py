@@ -519,7 +519,9 @@ class LogManager:
                     files[RECOVERY_POINT_CHECKPOINT_FILE].write(cur, durable=False)
             if log_start_offsets:
                 cur = files[LOG_START_OFFSET_CHECKPOINT_FILE].read()
-                changed = {tuple(k): v for k, v in log_start_offsets.items() if cur.get(tuple(k), 0) < v}
+                changed = {
+                    TopicPartition(*k): v for k, v in log_start_offsets.items() if cur.get(TopicPartition(*k), 0) < v
+                }
                 if changed:
                     cur.update(changed)
                     files[LOG_START_OFFSET_CHECKPOINT_FILE].write(cur)

@@ -192,7 +192,8 @@ def delete_segment_objects(fs: LogFileSystem, dir: str, segments: list[LogSegmen
     """Copy each segment's objects to `.deleted` twins, then delete them (.log objects first, so no listing
     shows an index without its log). Idempotent: a missing object is skipped. Index objects below
     `orphans_below` whose .log is gone (a crash between the deletes) go the same way."""
-    logs, indexes = [], []
+    logs: list[str] = []
+    indexes: list[str] = []
     for seg in segments:
         seg.release_readers()
         for path in seg.files():

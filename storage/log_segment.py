@@ -23,7 +23,7 @@ from .file_records import (
     iter_chunks,
     select_batches,
 )
-from .fs.filesystem import Appender, LogFileSystem
+from .fs.filesystem import Appender, FileReader, LogFileSystem
 from .index import OffsetIndex, TimeIndex, TimestampOffset
 from .index_planner import IndexState, plan_index_entries
 from .records.record_batch import RECORD_BATCH_OVERHEAD, BatchScan, RecordBatchHeader, validate_batches
@@ -131,7 +131,7 @@ class LogSegment:
         self._rolled = False  # no longer the active segment (mark_rolled)
         self.appended: list | None = [] if track_batches else None  # (positions, base offsets) per append
         self.bulk_writes = bulk_writes
-        self._reader = None  # FileReader of the .log, opened with the indexes' on first read
+        self._reader: FileReader | None = None  # of the .log, opened with the indexes' on first read
 
     @classmethod
     def create(cls, fs: LogFileSystem, dir: str, base_offset: int, **kwargs) -> LogSegment:
@@ -172,6 +172,7 @@ class LogSegment:
     def _read(self, start: int, end: int) -> bytes:
         if self._reader is None:
             self.open_readers()
+        assert self._reader is not None  # open_readers opened it, or raised
         return self._reader.read(start, end)
 
     def open_readers(self) -> None:
@@ -731,7 +732,9 @@ class LogSegment:
         valid = start
         error = None
         prev_next = expected_first
-        entries = []  # (offsets, positions, timestamps, time offsets) to index, applied once all is decided
+        entries: list[
+            tuple
+        ] = []  # (offsets, positions, timestamps, time offsets) to index, applied once all is decided
         try:
             for chunk in self.iter_chunks(start, tail_ok=True):
                 try:

@@ -10,10 +10,10 @@ from .errors import CorruptRecordError, InvalidTimestampError, RecordTooLargeErr
 from .log_config import LogConfig
 from .log_segment import BatchChunk, select_batches
 from .records import record_batch as rb
-from .records.record_batch import BatchScan, CompressionType, scan_batches, validate_batches
+from .records.record_batch import BatchScan, CompressionType, MutableBytes, as_uint8, scan_batches, validate_batches
 
 
-def validate_input(buf: bytearray, max_batch_size: int, where: str) -> BatchScan:
+def validate_input(buf: MutableBytes, max_batch_size: int, where: str) -> BatchScan:
     """Whole, well-framed batches with valid CRCs, each within max.message.bytes."""
     scan = scan_batches(buf, max_batch_size=max_batch_size)
     if scan.reason == rb.SCAN_BAD_LENGTH:
@@ -47,7 +47,9 @@ def check_built(scan: BatchScan, size: int, max_batch_size: int, where: str) -> 
     return scan
 
 
-def maybe_recompress(buf: bytearray, scan: BatchScan, config: LogConfig, where: str) -> tuple[bytearray, BatchScan]:
+def maybe_recompress(
+    buf: MutableBytes, scan: BatchScan, config: LogConfig, where: str
+) -> tuple[MutableBytes, BatchScan]:
     """Re-encode batches whose codec differs from the topic's compression.type (unless 'producer')."""
     target = config.compression_type
     if target == "producer":
@@ -61,7 +63,7 @@ def maybe_recompress(buf: bytearray, scan: BatchScan, config: LogConfig, where: 
 
     max_batch_size = config.max_message_bytes
     out = bytearray()
-    whole = BatchChunk(memoryview(buf), scan, 0, "append")
+    whole = BatchChunk(as_uint8(buf).data, scan, 0, "append")
     for i in range(len(scan)):  # per batch: producer fields are kept batch by batch
         one = select_batches(whole, i, i + 1)
         h = scan.header(i)
@@ -82,7 +84,7 @@ def maybe_recompress(buf: bytearray, scan: BatchScan, config: LogConfig, where: 
     return out, validate_input(out, max_batch_size, where)
 
 
-def check_timestamps(buf: bytearray, scan: BatchScan, config: LogConfig, now: int, where: str) -> None:
+def check_timestamps(buf: MutableBytes, scan: BatchScan, config: LogConfig, now: int, where: str) -> None:
     """Kafka's bounds on CreateTime timestamps, checked only when the topic sets them."""
     bounds = config.create_time_bounds(now)
     if bounds is None:
@@ -100,7 +102,7 @@ def check_timestamps(buf: bytearray, scan: BatchScan, config: LogConfig, now: in
         )
 
 
-def assign_offsets(buf: bytearray, scan: BatchScan, next_offset: int) -> np.ndarray:
+def assign_offsets(buf: MutableBytes, scan: BatchScan, next_offset: int) -> np.ndarray:
     """Patch baseOffset (outside the CRC) and partitionLeaderEpoch of every batch, vectorized."""
     counts = scan.headers["last_offset_delta"].astype(np.int64) + 1
     bases = next_offset + np.concatenate(([0], np.cumsum(counts)[:-1]))
@@ -114,7 +116,7 @@ def assign_offsets(buf: bytearray, scan: BatchScan, next_offset: int) -> np.ndar
     return bases
 
 
-def stamp_log_append_time(buf: bytearray, scan: BatchScan, now: int, max_batch_size: int) -> BatchScan:
+def stamp_log_append_time(buf: MutableBytes, scan: BatchScan, now: int, max_batch_size: int) -> BatchScan:
     """message.timestamp.type=LogAppendTime: every batch carries the append time (CRCs recomputed)."""
     sizes = scan.sizes
     for i, p in enumerate(scan.positions):  # per batch

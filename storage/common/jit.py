@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 
 def _no_locator(exc: RuntimeError) -> bool:
@@ -27,9 +28,10 @@ def njit(**kwargs):
         except RuntimeError as exc:
             if not _no_locator(exc):
                 raise
-        if not numba.config.CACHE_DIR:
+        config: Any = numba.config  # settings are module attributes numba sets at import
+        if not config.CACHE_DIR:
             uid = os.getuid() if hasattr(os, "getuid") else "user"
-            numba.config.CACHE_DIR = os.path.join(tempfile.gettempdir(), f"kafkalog-numba-{uid}")
+            config.CACHE_DIR = os.path.join(tempfile.gettempdir(), f"kafkalog-numba-{uid}")
             try:
                 return numba.njit(cache=True, **kwargs)(fn)
             except RuntimeError as exc:

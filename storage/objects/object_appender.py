@@ -12,7 +12,7 @@ from ..log_appender import LogAppender, LogSegments
 from ..log_config import LogConfig
 from ..log_segment import LogSegment
 from ..producer_state import read_hint
-from ..records.record_batch import BatchScan
+from ..records.record_batch import BatchScan, MutableBytes
 from ..topic_partition import TopicPartition
 from .immutable_segment import create_segment_object
 
@@ -38,7 +38,7 @@ class ObjectAppender(LogAppender):
     def lost_race(self) -> bool:
         return self._lost_race
 
-    def append(self, buf: bytearray, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
+    def append(self, buf: MutableBytes, scan: BatchScan, *, next_offset: int, now: int, producer_state) -> None:
         """The whole append becomes one segment object at `next_offset`, even one over segment.bytes
         (a roll after every append: the object is complete once created)."""
         try:

@@ -71,6 +71,9 @@ HEADER_DTYPE = np.dtype(
 assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
 HEADER_FIELDS: tuple[str, ...] = HEADER_DTYPE.names or ()
 
+#: A writable run of batches: a bytearray, or a uint8 array the caller hands over (no copy).
+MutableBytes = bytearray | np.ndarray
+
 
 class CompressionType(enum.IntEnum):
     """Codec ids in attribute bits 0-2, with the names Kafka's tools print."""
@@ -195,9 +198,9 @@ def set_partition_leader_epoch(batch: bytearray | memoryview, pos: int, epoch: i
     struct.pack_into(">i", batch, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_log_append_time(batch: bytearray | memoryview, pos: int, size: int, now_ms: int) -> None:
+def set_log_append_time(batch: MutableBytes | memoryview, pos: int, size: int, now_ms: int) -> None:
     """Stamp LogAppendTime: set attribute bit 3 and maxTimestamp, then recompute the CRC."""
-    view = memoryview(batch)[pos : pos + size]
+    view = as_uint8(batch).data[pos : pos + size]
     (attributes,) = struct.unpack_from(">h", view, ATTRIBUTES_OFFSET)
     struct.pack_into(">h", view, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_MASK)
     struct.pack_into(">q", view, MAX_TIMESTAMP_OFFSET, now_ms)
@@ -288,6 +291,7 @@ class BatchScan:
 
 
 def as_uint8(buf) -> np.ndarray:
+    """Any buffer (bytes, bytearray, memoryview, array) as a flat uint8 array over the same memory."""
     if isinstance(buf, np.ndarray):
         return buf.view(np.uint8).reshape(-1)
     return np.frombuffer(buf, dtype=np.uint8)

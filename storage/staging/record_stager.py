@@ -182,6 +182,8 @@ class RecordStager:
                 mask = pc.equal(topics, name)
                 self._add_topic(table.filter(mask), name)
         else:
+            if self.topic is None:
+                raise InvalidConfigError("the input has no 'topic' column and no 'topic' option is set")
             self._add_topic(table, self.topic, first_row)
 
     def _add_topic(self, table, topic: str, first_row: int | None = None) -> None:
@@ -244,6 +246,7 @@ class RecordStager:
             config = staging_config(self._configs[topic])
             d = fs.join(task_dir, partition_dir_name(tp))
             fs.mkdirs(d)
+            staging: Log | _ObjectStaging
             if self._immutable:
                 staging = _ObjectStaging(fs, d, tp, config.max_message_bytes)
             else:
@@ -267,7 +270,7 @@ class RecordStager:
         staging.append(data, built=scan)
         self._logs[tp] = (staging, rows + records)
         if self._immutable:  # bound the task's memory: write out the biggest buffer when it holds too much
-            held = [(st.pending, key) for key, (st, _) in self._logs.items()]
+            held = [(st.pending, key) for key, (st, _) in self._logs.items() if isinstance(st, _ObjectStaging)]
             if sum(n for n, _ in held) >= STAGE_MEMORY_BYTES:
                 self._logs[max(held)[1]][0].flush()
 

@@ -193,7 +193,7 @@ def _commit_immutable(
     reopen, check again (the winner may have been a replay of this very batch) and retry."""
     data = None
     headers: dict = {}  # first batch headers by base offset, kept across attempts (segments are immutable)
-    lost = None
+    lost: ConcurrentAppendError | None = None
     for attempt in range(max(1, retries)):
         if lost is not None:  # back off a little, more after each loss
             time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
@@ -229,6 +229,7 @@ def _commit_immutable(
             result.appended[tp] = (first, plog.log_end_offset - 1)
             result.records += sum(p.records for p in pieces)
             return
+    assert lost is not None  # every attempt that did not return lost a race
     raise ConcurrentAppendError(
         f"{tp.topic}-{tp.partition}: batch {batch_id} of writer {writer_id} lost the race for "
         f"the log end to other writers {max(1, retries)} times (last at offset {lost.offset}); "

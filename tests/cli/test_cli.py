@@ -557,7 +557,7 @@ def test_topics_as_long_as_kafka_allows_work_end_to_end(capsys, root, length):
     assert run(capsys, "maintain", root, "--once")[0] == 0
     assert run(capsys, "topics", root, "--delete", "--topic", topic)[0] == 0
     assert run(capsys, "topics", root, "--list")[1].split() == []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for _dirpath, dirnames, filenames in os.walk(root):
         assert all(len(n.encode()) <= 255 for n in dirnames + filenames)
 
 

@@ -420,7 +420,7 @@ def test_the_input_took_both_commit_paths_and_was_compacted(handoff, broker):
     and the last one was copied into the adopted tail; the compacted topic lost records to compaction and
     carries tombstones with a delete horizon (KIP-534)."""
     threshold = min(ADOPT_MIN_BYTES, SEGMENT_BYTES // 2)
-    for tp, (kept, start, end, sizes) in handoff["shape"].items():
+    for tp, (_kept, _start, end, sizes) in handoff["shape"].items():
         if tp.topic == COMPACT:
             continue
         assert len(sizes) >= 2, (tp, sizes)

@@ -181,7 +181,7 @@ def build_swap(lm, root: str, rng: random.Random) -> dict:
                     lines = f.read().split("\n")
                 keep = [ln for ln in lines[2:] if ln.startswith(f"{topic} ")]
                 with open(os.path.join(root2, name), "w") as f:
-                    f.write("0\n%d\n%s" % (len(keep), "".join(ln + "\n" for ln in keep)))
+                    f.write(f"0\n{len(keep)}\n" + "".join(ln + "\n" for ln in keep))
         env = dict(os.environ)
         proc = subprocess.run(
             [sys.executable, "-m", "kafkalog_ds", "maintain", root2, "--once", "--topic", topic],

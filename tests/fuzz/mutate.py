@@ -285,7 +285,7 @@ def m_record_length(rng, part_dir):
     _shift_index(part_dir, seg, pos, len(new_batch) - size)
     return (
         f"{_where(seg, data, i, pos)}: record {r_i} {fname} {old} -> {new}"
-        f"{' (codec %d, recompressed)' % codec if codec else ''}, batchLength fixed"
+        f"{f' (codec {codec}, recompressed)' if codec else ''}, batchLength fixed"
         f"{', CRC fixed' if fixed else ', CRC stale'}"
     )
 

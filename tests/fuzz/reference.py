@@ -166,7 +166,7 @@ def _read_varint(buf, pos: int, end: int) -> tuple[int, int]:
     """Java readVarint: at most 5 bytes, 32-bit wrap-around, zigzag."""
     raw = 0
     shift = 0
-    for i in range(5):
+    for _i in range(5):
         if pos >= end:
             raise RecordFormatError("varint runs past the end of the record data")
         b = buf[pos]
@@ -183,7 +183,7 @@ def _read_varint(buf, pos: int, end: int) -> tuple[int, int]:
 def _read_varlong(buf, pos: int, end: int) -> tuple[int, int]:
     raw = 0
     shift = 0
-    for i in range(10):
+    for _i in range(10):
         if pos >= end:
             raise RecordFormatError("varlong runs past the end of the record data")
         b = buf[pos]
@@ -932,5 +932,7 @@ def dump_view(path: str, max_bytes: int = DUMP_MAX_MESSAGE_SIZE) -> DumpFile:
 def view_summary(v: View) -> str:
     s = f"{v.name}: {len(v.records)} records, end offset {v.end_offset}"
     if v.stop:
-        s += f", valid prefix stops at {os.path.basename(v.stop.file)} position {v.stop.position} ({v.stop.kind}: {v.stop.reason})"
+        stop = v.stop
+        where = f"{os.path.basename(stop.file)} position {stop.position}"
+        s += f", valid prefix stops at {where} ({stop.kind}: {stop.reason})"
     return s

@@ -748,7 +748,7 @@ class Corpus:
             keep = [ln for ln in lines[2:] if ln.startswith(f"{topic} ")]
             if keep:
                 with open(os.path.join(root, name), "w") as f:
-                    f.write("0\n%d\n%s" % (len(keep), "".join(ln + "\n" for ln in keep)))
+                    f.write(f"0\n{len(keep)}\n" + "".join(ln + "\n" for ln in keep))
         return part
 
 

@@ -427,18 +427,18 @@ def build(broker: KafkaBroker) -> Scenario:
     took("create and produce")
 
     for topic in (KEPT_TOPIC, PURGED_TOPIC):  # the first cleaning marks the tombstones with a delete horizon
-        wait_until(broker, lambda: _cleaned_to_active(broker, topic), f"the cleaner to finish {topic}-0 (round 0)")
+        wait_until(broker, lambda t=topic: _cleaned_to_active(broker, t), f"the cleaner to finish {topic}-0 (round 0)")
     took("cleaning, round 0")
     second = [*_compacted(KEPT_TOPIC, 1), *_compacted(PURGED_TOPIC, 1)]
     for cmd, res in zip(second, broker.tool(*second), strict=False):
         produced[cmd["topic"]].extend(res)
     for topic in (KEPT_TOPIC, PURGED_TOPIC):  # the second drops tombstones past their horizon (delete.retention.ms=0)
-        wait_until(broker, lambda: _cleaned_to_active(broker, topic), f"the cleaner to finish {topic}-0 (round 1)")
+        wait_until(broker, lambda t=topic: _cleaned_to_active(broker, t), f"the cleaner to finish {topic}-0 (round 1)")
     took("produce and clean, round 1")
     for p, lw in LOW_WATERMARKS.items():
         wait_until(
             broker,
-            lambda: _old_segments_renamed(broker, DELETED_TOPIC, p, lw),
+            lambda p=p, lw=lw: _old_segments_renamed(broker, DELETED_TOPIC, p, lw),
             f"retention to delete the segments of {DELETED_TOPIC}-{p} below {lw}",
         )
 

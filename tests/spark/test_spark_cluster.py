@@ -685,7 +685,8 @@ def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
     assert got == kafka_python_records(root, "events", EVENTS_PARTITIONS)
     seen = check_events(got, n_rows)
     print(
-        f"\ndriver kills: {len(DRIVER_KILL_MODES)} driver(s) killed with their clusters, then one restart to the end; {n_rows} rows in "
+        f"\ndriver kills: {len(DRIVER_KILL_MODES)} driver(s) killed with their clusters, "
+        f"then one restart to the end; {n_rows} rows in "
         f"{max(batch_ids(os.path.join(ckpt, 'commits'))) + 1} micro-batches, written by executors "
         f"{sorted(seen['executors'], key=int)} of {len(DRIVER_KILL_MODES) + 1} clusters; "
         f"{time.monotonic() - t0:.0f}s\n" + "\n".join(report)

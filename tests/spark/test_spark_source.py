@@ -135,7 +135,10 @@ def test_batch_reads_match_brute_force_for_random_ranges(spark_session, tmp_path
         elif choice == 1:
             starts = {(t, p): rng.randint(0, max(0, len(recs) - 1)) for (t, p), recs in m.items() if t in topics}
             ends = {k: min(v + rng.randint(0, 60), m[k][-1][0] + 1) for k, v in starts.items()}
-            js = lambda d: json.dumps({t: {str(p): o for (tt, p), o in d.items() if tt == t} for t in topics})
+
+            def js(d, topics=topics):
+                return json.dumps({t: {str(p): o for (tt, p), o in d.items() if tt == t} for t in topics})
+
             reader = reader.option("startingOffsets", js(starts)).option("endingOffsets", js(ends))
             start_spec, end_spec = ("offsets", starts), ("offsets", ends)
         elif choice == 2:

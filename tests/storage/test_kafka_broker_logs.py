@@ -128,7 +128,7 @@ def cli_rows(stdout: str) -> list[tuple]:
         r = json.loads(line)
         b64 = set(r.get("base64", ()))
 
-        def field(v, name):
+        def field(v, name, b64=b64):
             return None if v is None else base64.b64decode(v) if name in b64 else v.encode()
 
         out.append(

@@ -476,7 +476,7 @@ def test_delete_topic_waits_for_a_commit_and_renames_under_the_lock(any_root, mo
     done = []
     deleter = threading.Thread(target=lambda: done.append(lm.delete_topic("t", lock_timeout=None)))
     deleter.start()
-    for i in range(20):  # the commit goes on while the deletion waits; each append may roll
+    for _i in range(20):  # the commit goes on while the deletion waits; each append may roll
         writer.append(kp_batch([(NOW, b"k", b"x" * 100, [])]))
     writer.close()
     deleter.join()

@@ -30,7 +30,7 @@ def test_the_id_is_made_once_and_kept(root):
         d = os.path.join(root, str(round_))
         ids, errors = [], []
 
-        def make():
+        def make(ids=ids, d=d, errors=errors):
             try:
                 ids.append(directory_id(fs, d, create=True))
             except Exception as e:  # noqa: BLE001 - a reader that saw the file before its bytes

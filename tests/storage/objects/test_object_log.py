@@ -108,7 +108,7 @@ def test_appends_reads_reopens_and_timestamp_lookups_match_a_model(seed):
     appends: list[int] = []
     log = lm.open_log(TP, writable=True)
     try:
-        for step in range(25):
+        for _step in range(25):
             op = rng.random()
             if op < 0.6:
                 if not log.writable:

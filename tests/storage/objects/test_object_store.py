@@ -147,7 +147,7 @@ def test_create_exclusive_race_between_threads(store):
         barrier = threading.Barrier(contenders)
         results = [None] * contenders
 
-        def contend(n):
+        def contend(n, barrier=barrier, results=results, path=path, i=i):
             barrier.wait()
             results[n] = fs.create_exclusive(path, b"writer-%d-round-%d" % (n, i))
 

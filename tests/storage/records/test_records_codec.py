@@ -43,7 +43,10 @@ HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 NOW = 1_700_000_123_456
 
 
-def table(keys, values, timestamps=None, headers=None, key_type=pa.binary(), value_type=pa.binary()):
+BINARY = pa.binary()
+
+
+def table(keys, values, timestamps=None, headers=None, key_type=BINARY, value_type=BINARY):
     cols = {"key": pa.array(keys, key_type), "value": pa.array(values, value_type)}
     if timestamps is not None:
         cols["timestamp"] = pa.array(timestamps, pa.int64())
@@ -143,7 +146,7 @@ def sample_table():
             if k == 0
             else []
             if k == 1
-            else [("h%d" % j, None if (i + j) % 5 == 0 else b"hv" * j) for j in range(k * 2 - 1)]
+            else [(f"h{j}", None if (i + j) % 5 == 0 else b"hv" * j) for j in range(k * 2 - 1)]
         )
     return table(keys, values, ts, hdrs), keys, values, ts, hdrs
 
