@@ -1,7 +1,7 @@
 """Requests and bytes of a timestamp lookup on an S3 log of 500 segment objects, counted by the S3 server.
 
 Run:  python benchmarks/s3_lookup.py [--segments 500]
-moto's S3 server runs in this process on 127.0.0.1 (benchmarks/_s3_server.py, with its
+moto's S3 server runs in this process on 127.0.0.1 (tools/s3_server.py, with its
 request log). One partition gets one segment object per append (100 records of ~200 bytes, about
 20 KB, default index.interval.bytes), timestamps growing with offsets. For a T in the first, middle
 and last segment it reports, from a fresh LogManager each time (listings included):
@@ -32,7 +32,7 @@ def start_server():
     """moto's S3 server on 127.0.0.1:<free port> with the test bucket; dummy credentials in the env."""
     import logging
 
-    from _s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server
+    from tools.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server
 
     os.environ.update(
         AWS_ACCESS_KEY_ID=ACCESS_KEY,

@@ -11,7 +11,7 @@ timestamp. "noop" (Spark's no-op sink) is the cost of the input alone; "python n
 data source sink that drops the Arrow batches it gets: what any Python sink pays before writing a byte.
 
 With --s3 only the kafkalog sink runs, once, into s3://… on moto's S3 server started in this process
-(benchmarks/_s3_server.py; Spark's workers reach it over HTTP through `fs.*` options), and the figures are the
+(tools/s3_server.py; Spark's workers reach it over HTTP through `fs.*` options), and the figures are the
 server's request counts per commit (one commit per micro-batch), not speed:
     python benchmarks/sink.py --s3 --source files --rows 200000 --batches 5 --input-partitions 2
 

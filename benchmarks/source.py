@@ -14,7 +14,7 @@ shared machine; "others" is the CPU every other process took meanwhile (rerun wh
 The bytes read by one startingTimestamp lookup are measured by benchmarks/timestamp_lookup.py.
 
 With --s3 (python benchmarks/source.py --s3 [ROWS]) the topic is written to s3://… on moto's S3 server
-started in this process (benchmarks/_s3_server.py; Spark's workers reach it through `fs.*` options) and the
+started in this process (tools/s3_server.py; Spark's workers reach it through `fs.*` options) and the
 figures are the server's: requests and bytes of a whole read and of a startingTimestamp read, and
 whether any .log object was fetched whole. No parquet, no timing.
 """

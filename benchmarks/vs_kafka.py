@@ -2,7 +2,7 @@
 
 Run: python benchmarks/vs_kafka.py [--rows N] [--rounds R] [--quick] [--cases 1,2,3,4]
 One process, one SparkSession (local[2], `spark.jars` = Spark's Kafka connector, spark-sql-kafka-0-10, as
-tests/realkafka/jars.py resolves it) and one local Kafka 4.4.0 broker that this script starts (KRaft, one
+tools/realkafka/jars.py resolves it) and one local Kafka 4.4.0 broker that this script starts (KRaft, one
 node, in a temp dir) and stops at exit. Every topic on both sides has 2 partitions; the broker keeps Kafka's
 defaults (topic compression.type=producer, 1 GiB segments, no flush.messages / flush.ms) and runs with the
 JVM options of kafka-server-start.sh (1 GiB heap, G1, full JIT), not the tests' quick-start ones. Kafka does
@@ -76,8 +76,8 @@ from sink import Bench, machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 from source import floor_source  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
-from tests.realkafka import jars  # noqa: E402  (the tests' real Kafka: jars from Maven, a KRaft broker)
-from tests.realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
+from tools.realkafka import jars  # noqa: E402  (the tests' real Kafka: jars from Maven, a KRaft broker)
+from tools.realkafka.broker import KafkaBroker, tool_classes  # noqa: E402
 
 for _module in ("latency", "sink", "source"):
     cloudpickle.register_pickle_by_value(sys.modules[_module])

@@ -1,7 +1,7 @@
 """Shared fixtures: a fresh log dir on local disk and in fsspec's memory store, the S3 server, the Kafka broker.
 
 tests/ is a package (tests/__init__.py), so pytest puts the repository root on sys.path and test modules
-import what they share as `tests.helpers...` and `tests.realkafka...`.
+import what they share as `tests.helpers...` and `tools.realkafka...`.
 """
 
 import logging
@@ -16,8 +16,8 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 import pytest  # noqa: E402
 
-from tests.helpers.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server  # noqa: E402
-from tests.realkafka import jars  # noqa: E402
+from tools.realkafka import jars  # noqa: E402
+from tools.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server  # noqa: E402
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ _BROKER = []  # the session's broker, once a test asked for it (its log is quote
 def kafka_broker_session(tmp_path_factory):
     """The session's KRaft broker, shared by every kafka test. Tests may stop it, so it is not always running:
     use `kafka_broker`, or `.ensure_running()` in a module-scoped fixture."""
-    from tests.realkafka.broker import KafkaBroker, tool_classes
+    from tools.realkafka.broker import KafkaBroker, tool_classes
 
     tool_classes()
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))

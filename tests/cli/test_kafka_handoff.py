@@ -40,8 +40,8 @@ from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_
 from storage.records.record_batch import DELETE_HORIZON_FLAG_MASK
 from storage.staging.record_stager import ADOPT_MIN_BYTES
 from storage.topic_partition import TopicPartition
-from tests.realkafka import jars
-from tests.realkafka.broker import BrokerError
+from tools.realkafka import jars
+from tools.realkafka.broker import BrokerError
 
 PARTITIONS = 3
 SEGMENT_BYTES = 128 * 1024  # adoption threshold: half of it, 64 KiB of a partition's staging log

@@ -36,7 +36,7 @@ import pytest
 
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
-from tests.realkafka.broker import b64
+from tools.realkafka.broker import b64
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -14,7 +14,7 @@ from storage.log_manager import LogManager
 from storage.records.builder import build_records
 from storage.topic_partition import TopicPartition
 from tests.helpers.s3_objects import check_kafka_files, partition_objects, s3fs_of
-from tests.helpers.s3_server import ACCESS_KEY, REGION, SECRET_KEY
+from tools.s3_server import ACCESS_KEY, REGION, SECRET_KEY
 
 pytestmark = pytest.mark.spark
 

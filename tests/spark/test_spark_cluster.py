@@ -49,9 +49,9 @@ from storage.staging.staged_commit import STAGED_PREFIX
 from storage.topic_partition import TopicPartition
 from tests.helpers import REPO
 from tests.helpers.kafka_reference import kp_parse
-from tests.helpers.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY
 from tests.helpers.spark_procs import kill_session, proc_cmdline, session_procs
 from tests.spark import spark_cluster_app as app
+from tools.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

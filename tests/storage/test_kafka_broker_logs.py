@@ -1,7 +1,7 @@
 """Broker -> kafkalog (issue 22, part 2): kafkalog reads what a real Kafka 4.4 broker wrote, as Kafka's own clients do.
 
 Every scenario is written once per module by Kafka's Java producer on the session's KRaft broker
-(tests/realkafka/scenarios.py): all five codecs, null keys, null and empty values, headers with null values,
+(tests/helpers/kafka_scenarios.py): all five codecs, null keys, null and empty values, headers with null values,
 explicit and backwards timestamps, LogAppendTime, idempotent and transactional producers (committed and aborted),
 segment rolls with an index entry per batch, two compacted topics after the broker's cleaner ran twice (tombstones
 kept with their delete horizon, or removed past it), and deleteRecords. The broker's log dir is then read as
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realkafka import scenarios as S
+from tests.helpers import kafka_scenarios as S
 
 pytestmark = pytest.mark.kafka
 

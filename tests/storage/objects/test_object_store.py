@@ -26,7 +26,7 @@ from storage.fs.storage_options import (
 )
 from storage.log_dirs import open_filesystem
 from storage.objects.object_store import ObjectStoreFileSystem
-from tests.helpers.s3_server import BUCKET
+from tools.s3_server import BUCKET
 
 KINDS = ["local", "memory", "objmem", "s3"]
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .broker import HANG_S, BrokerError, KafkaBroker, b64, unb64
+from tools.realkafka.broker import HANG_S, BrokerError, KafkaBroker, b64, unb64
 
 PREFIX = "b2k-"
 PATTERN = "^b2k-"

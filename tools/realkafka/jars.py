@@ -5,7 +5,7 @@ the installed pyspark (spark-kafka-pom.xml). The cache is `$KAFKALOG_JARS_DIR`, 
 `$XDG_CACHE_HOME/kafkalog-ds/jars`, else `~/.cache/kafkalog-ds/jars`; a directory is only used once a
 `.complete` file says Maven finished filling it, so an interrupted resolution is redone.
 
-    python tests/realkafka/jars.py     resolve both (what .ci/run does), print the directories
+    python tools/realkafka/jars.py     resolve both (what .ci/run does), print the directories
 """
 
 from __future__ import annotations
