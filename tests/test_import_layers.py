@@ -156,3 +156,27 @@ def test_the_checks_see_a_circle(tmp_path):
     edges, _ = import_graph(tmp_path)
     assert find_cycles(edges) == [["storage.a", "storage.b"]]
     assert "kafkalog_ds.cli" in edges["storage.b"]
+
+
+def test_storage_keeps_at_most_20_top_level_modules():
+    """A family of three or more modules is a package; the top level stays readable at a glance."""
+    top = sorted(p.name for p in (ROOT / "storage").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 20, top
+
+
+def _top_level_imports(path: pathlib.Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_benchmarks_and_tests_import_nothing_from_each_other():
+    """What both need lives in tools/; a benchmark run must not depend on the test suite's layout."""
+    for path in (ROOT / "benchmarks").rglob("*.py"):
+        assert "tests" not in _top_level_imports(path), path
+    for path in (ROOT / "tests").rglob("*.py"):
+        assert "benchmarks" not in _top_level_imports(path), path
