@@ -95,13 +95,6 @@ def dump_index(
     if not opts.verify_index_only:
         rows = zip(offsets.tolist(), positions.tolist(), strict=True)
         out.write("".join(f"offset: {o} position: {p}\n" for o, p in rows))
-        report.index_mismatches.setdefault(abs_name, []).extend(
-            zip(offsets[bad].tolist(), found[bad].tolist(), strict=False)
-        )
-    if not opts.verify_index_only:
-        out.write(
-            "".join(f"offset: {o} position: {p}\n" for o, p in zip(offsets.tolist(), positions.tolist(), strict=False))
-        )
 
 
 def _last_offset_at(fs: LogFileSystem, log_path: str, position: int, max_message_size: int) -> int:

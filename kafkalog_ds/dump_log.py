@@ -428,9 +428,6 @@ def _dump_batches(
             if gaps.size:
                 pairs = zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=True)
                 report.non_consecutive.setdefault(abs_name, []).extend(pairs)
-                report.non_consecutive.setdefault(abs_name, []).extend(
-                    zip(prev[gaps].tolist(), offs[gaps].tolist(), strict=False)
-                )
             state["last_offset"] = int(offs[-1])
         text += record_lines(records, scan.header(i, base), opts)
         out.write("\n".join(text) + "\n")
