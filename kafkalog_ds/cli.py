@@ -91,8 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="create, list, describe, alter or delete topics (kafka-topics.sh, kafka-configs.sh)",
         description="Create, list, describe, alter or delete topics, as kafka-topics.sh does.",
     )
-    t.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(t)
+    _root_arguments(t)
     action = t.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create a topic")
     action.add_argument("--list", action="store_true", help="list topic names, one per line")
@@ -137,8 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         description='Append records read from stdin, one JSON object per line: {"key": str|null, '
         '"value": str|null, "timestamp": ms, "partition": int, "headers": [[k, v], ...]}.',
     )
-    p.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(p)
+    _root_arguments(p)
     p.add_argument("--topic", required=True)
     p.add_argument(
         "--compression",
@@ -162,8 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print records as JSON lines (kafka-console-consumer.sh)",
         description="Print records as JSON lines, partition after partition.",
     )
-    c.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(c)
+    _root_arguments(c)
     c.add_argument("--topic", required=True)
     c.add_argument("--partition", type=_non_negative_int, help="only this partition (default: all, in order)")
     start = c.add_mutually_exclusive_group()
@@ -223,8 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="topics, partitions, offsets and segments of a log dir",
         description="Describe a log dir: topics, partitions, log start/end offsets, segments, bytes.",
     )
-    s.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(s)
+    _root_arguments(s)
     s.add_argument("--topic", action="append", help="only these topics (repeatable)")
     s.add_argument("--json", action="store_true", help="print LogManager.describe() as JSON (its to_dict())")
     s.set_defaults(func=cmd_describe, parser=s)
@@ -236,8 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "does: the log start offset moves up; whole segments below it are removed by "
         "the next retention run.",
     )
-    r.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(r)
+    _root_arguments(r)
     r.add_argument("--topic", required=True)
     r.add_argument("--partition", type=_non_negative_int, required=True)
     r.add_argument(
@@ -255,8 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compact) and removal of .deleted files past file.delete.delay.ms; per log dir "
         "removal of deleted topics and the checkpoints. Prints one line per partition.",
     )
-    m.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(m)
+    _root_arguments(m)
     m.add_argument("--once", action="store_true", help="one pass, then exit (for cron or Airflow)")
     m.add_argument(
         "--interval-ms",
@@ -292,8 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
         "into a stopped broker's log dir, or into a staging directory to copy to the "
         "broker hosts. See docs/kafka-broker.md.",
     )
-    x.add_argument("root", metavar="ROOT", help=ROOT_HELP)
-    _fs_option(x)
+    _root_arguments(x)
     x.add_argument("--topic", required=True, help="the topic (created on the cluster first, same partition count)")
     x.add_argument(
         "--topic-id",
@@ -322,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     x.set_defaults(func=cmd_export_to_broker, parser=x)
     return parser
+
+
+def _root_arguments(parser) -> None:
+    """ROOT and the --fs options that reach it: every command that opens a ROOT takes both."""
+    parser.add_argument("root", metavar="ROOT", help=ROOT_HELP)
+    _fs_option(parser)
 
 
 def _fs_option(parser) -> None:

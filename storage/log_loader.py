@@ -354,18 +354,7 @@ class LogLoader:
         sizes = {f.name: f.size for f in files}
         view, ranges = {}, []
         for b, last, _ in plan.installs:
-            seg = LogSegment(
-                self.fs,
-                self.dir,
-                b,
-                file_suffix=SWAP_FILE_SUFFIX,
-                index_size=0,
-                time_index_size=0,
-                log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX)],
-                **self._kwargs(),
-            )
-            seg.mark_needs_rebuild()  # no index: reads scan this segment
-            view[b] = seg
+            view[b] = self._scanned_segment(b, SWAP_FILE_SUFFIX, sizes)
             ranges.append((b, last + 1))
         for b, error in plan.damaged:
             log.warning(
@@ -374,19 +363,23 @@ class LogLoader:
                 error,
             )
         for b in plan.restores:
-            seg = LogSegment(
-                self.fs,
-                self.dir,
-                b,
-                file_suffix=DELETED_FILE_SUFFIX,
-                index_size=0,
-                time_index_size=0,
-                log_size=sizes[segment_file_name(b, LOG_FILE_SUFFIX, DELETED_FILE_SUFFIX)],
-                **self._kwargs(),
-            )
-            seg.mark_needs_rebuild()
-            view[b] = seg
+            view[b] = self._scanned_segment(b, DELETED_FILE_SUFFIX, sizes)
         return view, ranges
+
+    def _scanned_segment(self, base: int, suffix: str, sizes: dict[str, int]) -> LogSegment:
+        """A segment read from its `.log<suffix>` file alone: no index is trusted, reads scan it."""
+        seg = LogSegment(
+            self.fs,
+            self.dir,
+            base,
+            file_suffix=suffix,
+            index_size=0,
+            time_index_size=0,
+            log_size=sizes[segment_file_name(base, LOG_FILE_SUFFIX, suffix)],
+            **self._kwargs(),
+        )
+        seg.mark_needs_rebuild()
+        return seg
 
     def _object_swap_view(self, files: list[FileInfo]) -> tuple[dict[int, LogSegment], list[tuple[int, int]]]:
         """Immutable segments: a committed `<base>.log.swap` (storage/segment_swap.py) replaces the live

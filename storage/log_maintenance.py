@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -299,21 +299,10 @@ def _pass(
                 progress.report(rep)
     else:
         reports = []
-        with lm.snapshot():
-            for tp in tps:
-                rep = maintain_partition(
-                    root,
-                    tp,
-                    now_ms=now,
-                    storage_options=storage_options,
-                    cleaner_settings=cleaner_settings,
-                    lease=lease,
-                    fs=fs,
-                    lm=lm,
-                )
-                reports.append(rep)
-                if progress:
-                    progress.report(rep)
+        for rep in _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease, fs):
+            reports.append(rep)
+            if progress:
+                progress.report(rep)
     ok = [r for r in reports if not r.skipped and not any(e.startswith(("open", "reopen", "lease")) for e in r.errors)]
     recovery = {} if lease is not None else {(r.topic, r.partition): r.recovery_point for r in ok}
     lm.update_checkpoints(recovery, {(r.topic, r.partition): r.log_start_offset for r in ok})
@@ -340,11 +329,18 @@ def maintain_partitions(
     if held is not None:
         lease = attach_lease(lm.fs, lm.root, *held[:4])
         lease.clock = _clock_from(held[4])
+    return list(
+        _maintain_each(lm, root, [TopicPartition(*tp) for tp in tps], now, storage_options, cleaner_settings, lease, fs)
+    )
+
+
+def _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease, fs) -> Iterator[PartitionReport]:
+    """maintain_partition for each partition in turn, all under one snapshot of the manager's listings."""
     with lm.snapshot():
-        return [
-            maintain_partition(
+        for tp in tps:
+            yield maintain_partition(
                 root,
-                TopicPartition(*tp),
+                tp,
                 now_ms=now,
                 storage_options=storage_options,
                 cleaner_settings=cleaner_settings,
@@ -352,8 +348,6 @@ def maintain_partitions(
                 fs=fs,
                 lm=lm,
             )
-            for tp in tps
-        ]
 
 
 def run_forever(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import crc32c as _crc32c
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..file_records import select_batches
+from ..file_records import BatchChunk, select_batches
 from ..records import record_batch as rb
 from ..records._record_kernels import MIN_RECORD_BYTES
 from ..records.compression import compress_many, decompress_many
@@ -47,14 +49,7 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
     end = pos + scan.sizes[idx]
     counts = scan.headers["record_count"][idx].astype(np.int64)
     codecs = scan.headers["attributes"][idx].astype(np.int64) & rb.COMPRESSION_CODEC_MASK
-    bad = np.flatnonzero(codecs > CompressionType.ZSTD)
-    if bad.size:
-        j = int(bad[0])
-        raise CorruptRecordError(
-            f"unknown compression codec {int(codecs[j])}",
-            source=chunk.source,
-            position=chunk.base_position + int(pos[j]),
-        )
+    _refuse_first(chunk, pos, codecs > CompressionType.ZSTD, lambda j: f"unknown compression codec {int(codecs[j])}")
     if codecs.any():
         view = arr.data
         comp = np.flatnonzero(codecs).tolist()
@@ -69,15 +64,21 @@ def record_areas(chunk, idx: np.ndarray, max_bytes: int):
         end = np.cumsum(lengths)
         start = end - lengths
         arr = np.concatenate(pieces) if pieces else np.empty(0, np.uint8)
-    bad = np.flatnonzero(counts * MIN_RECORD_BYTES > end - start)  # before any kernel sizes scratch by counts
-    if bad.size:
-        j = int(bad[0])
-        raise CorruptRecordError(
-            f"recordCount {int(counts[j])} cannot fit in {int(end[j] - start[j])} bytes of records",
-            source=chunk.source,
-            position=chunk.base_position + int(pos[j]),
-        )
+    _refuse_first(  # before any kernel sizes scratch by counts
+        chunk,
+        pos,
+        counts * MIN_RECORD_BYTES > end - start,
+        lambda j: f"recordCount {int(counts[j])} cannot fit in {int(end[j] - start[j])} bytes of records",
+    )
     return arr, start.astype(np.int64), end.astype(np.int64)
+
+
+def _refuse_first(chunk: BatchChunk, pos: np.ndarray, bad: np.ndarray, why: Callable[[int], str]) -> None:
+    """CorruptRecordError at the first batch where `bad` holds, naming its file and position."""
+    hits = np.flatnonzero(bad)
+    if hits.size:
+        j = int(hits[0])
+        raise CorruptRecordError(why(j), source=chunk.source, position=chunk.base_position + int(pos[j]))
 
 
 def framing_error(chunk, b: int, err: int) -> CorruptRecordError:

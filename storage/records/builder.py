@@ -7,6 +7,8 @@ then done once per batch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import crc32c as _crc32c
 import numpy as np
 import pyarrow as pa
@@ -296,40 +298,9 @@ def _encode(
     return out, BatchScan(pos[:-1], heads, int(pos[-1]), SCAN_OK)
 
 
-def build_records(
-    table,
-    *,
-    compression=CompressionType.NONE,
-    base_offset=0,
-    timestamp_type=TimestampType.CREATE_TIME,
-    producer_id=-1,
-    producer_epoch=-1,
-    base_sequence=-1,
-    partition_leader_epoch=-1,
-    is_transactional=False,
-    delete_horizon_ms=None,
-    now_ms=None,
-    max_batch_bytes=DEFAULT_MAX_BATCH_BYTES,
-) -> bytes:
-    """Encode rows (columns value, key, timestamp, headers) as consecutive v2 batches.
-
-    Rows are split so that each batch's uncompressed size is <= max_batch_bytes; batch i gets
-    baseOffset (and baseSequence, unless -1) advanced by the rows before it. Empty input -> b"".
-    """
-    return encode_records(
-        table,
-        compression=compression,
-        base_offset=base_offset,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        partition_leader_epoch=partition_leader_epoch,
-        is_transactional=is_transactional,
-        delete_horizon_ms=delete_horizon_ms,
-        now_ms=now_ms,
-        max_batch_bytes=max_batch_bytes,
-    )[0].tobytes()
+def build_records(table, **options: Any) -> bytes:
+    """encode_records (same keyword options) as bytes: rows as consecutive v2 batches, b"" for no rows."""
+    return encode_records(table, **options)[0].tobytes()
 
 
 def encode_records(

@@ -7,6 +7,7 @@ frames every record of every batch in one call; Arrow arrays are then assembled 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import crc32c as _crc32c
 import numpy as np
@@ -89,35 +90,11 @@ PER_RECORD_BYTES = 96  # framing scratch and Arrow columns per record, beyond it
 MAX_WAVE = 64  # compressed batches decompressed together (in parallel), budget permitting
 
 
-def decode_batches(
-    buf,
-    *,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    verify_crc: bool = True,
-    source=None,
-    base_position: int = 0,
-    skip_control: bool = True,
-    min_offset: int | None = None,
-    max_offset: int | None = None,
-    scan: BatchScan | None = None,
-) -> pa.RecordBatch:
-    """Decode every record of every complete batch in `buf` into one RECORD_SCHEMA RecordBatch.
-
-    For data of any size prefer iter_decoded, whose memory is bounded by a budget; this joins its output.
-    """
-    parts = list(
-        iter_decoded(
-            buf,
-            max_message_bytes=max_message_bytes,
-            verify_crc=verify_crc,
-            source=source,
-            base_position=base_position,
-            skip_control=skip_control,
-            min_offset=min_offset,
-            max_offset=max_offset,
-            scan=scan,
-        )
-    )
+def decode_batches(buf, **options: Any) -> pa.RecordBatch:
+    """Every record of every complete batch in `buf` as one RECORD_SCHEMA RecordBatch: iter_decoded's
+    output (same keyword options) joined. For data of any size prefer iter_decoded, whose memory is
+    bounded by a budget."""
+    parts = list(iter_decoded(buf, **options))
     if not parts:
         return empty_records()
     if len(parts) == 1:
