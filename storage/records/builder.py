@@ -177,20 +177,22 @@ def _prepare(table, now_ms):
 def _encode(
     table,
     *,
-    compression,
-    base_offset,
-    timestamp_type,
-    producer_id,
-    producer_epoch,
-    base_sequence,
-    partition_leader_epoch,
-    is_transactional,
-    delete_horizon_ms,
-    now_ms,
-    max_batch_bytes,
-    split,
+    max_batch_bytes: int,
+    split: bool,
+    compression=CompressionType.NONE,
+    base_offset=0,
+    timestamp_type=TimestampType.CREATE_TIME,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+    partition_leader_epoch=-1,
+    is_transactional=False,
+    delete_horizon_ms=None,
+    now_ms=None,
     compression_level=None,
 ) -> tuple[np.ndarray, BatchScan]:
+    """The encoder behind encode_records and build_batch; its keyword arguments, with their defaults, are
+    the options both take."""
     compression = (
         CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
     )
@@ -304,74 +306,22 @@ def build_records(table, **options: Any) -> bytes:
 
 
 def encode_records(
-    table,
-    *,
-    compression=CompressionType.NONE,
-    base_offset=0,
-    timestamp_type=TimestampType.CREATE_TIME,
-    producer_id=-1,
-    producer_epoch=-1,
-    base_sequence=-1,
-    partition_leader_epoch=-1,
-    is_transactional=False,
-    delete_horizon_ms=None,
-    now_ms=None,
-    max_batch_bytes=DEFAULT_MAX_BATCH_BYTES,
-    compression_level=None,
+    table, *, max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, **options: Any
 ) -> tuple[np.ndarray, BatchScan]:
-    """build_records without the copy to bytes: the encoded buffer (a writable uint8 array) and its
-    BatchScan, which Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs.
-    compression_level: the codec's level (Kafka's compression.<codec>.level); None for Kafka's default."""
+    """Rows (columns value, key, timestamp, headers) as consecutive v2 batches of at most max_batch_bytes
+    uncompressed each; batch i gets baseOffset (and baseSequence, unless -1) advanced by the rows before
+    it. Returns the encoded buffer (a writable uint8 array) and its BatchScan, which
+    Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs. `options`: those
+    of _encode (compression, base_offset, timestamp_type, producer fields, is_transactional,
+    delete_horizon_ms, now_ms, compression_level: Kafka's compression.<codec>.level, None for its default)."""
     if max_batch_bytes < MIN_BATCH_BYTES:
         raise InvalidConfigError(
             f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "
             f"(a {RECORD_BATCH_OVERHEAD}-byte header and one empty record)"
         )
-    return _encode(
-        table,
-        compression=compression,
-        base_offset=base_offset,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        partition_leader_epoch=partition_leader_epoch,
-        is_transactional=is_transactional,
-        delete_horizon_ms=delete_horizon_ms,
-        now_ms=now_ms,
-        max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT),
-        split=True,
-        compression_level=compression_level,
-    )
+    return _encode(table, max_batch_bytes=min(int(max_batch_bytes), _NO_SPLIT_LIMIT), split=True, **options)
 
 
-def build_batch(
-    table,
-    *,
-    compression=CompressionType.NONE,
-    base_offset=0,
-    timestamp_type=TimestampType.CREATE_TIME,
-    producer_id=-1,
-    producer_epoch=-1,
-    base_sequence=-1,
-    partition_leader_epoch=-1,
-    is_transactional=False,
-    delete_horizon_ms=None,
-    now_ms=None,
-) -> bytes:
-    """Encode all rows as exactly one v2 batch (no splitting). Empty input -> b""."""
-    return _encode(
-        table,
-        compression=compression,
-        base_offset=base_offset,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        partition_leader_epoch=partition_leader_epoch,
-        is_transactional=is_transactional,
-        delete_horizon_ms=delete_horizon_ms,
-        now_ms=now_ms,
-        max_batch_bytes=_NO_SPLIT_LIMIT,
-        split=False,
-    )[0].tobytes()
+def build_batch(table, **options: Any) -> bytes:
+    """All rows as exactly one v2 batch (no splitting), with encode_records' options. Empty input -> b""."""
+    return _encode(table, max_batch_bytes=_NO_SPLIT_LIMIT, split=False, **options)[0].tobytes()
