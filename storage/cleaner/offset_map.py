@@ -203,11 +203,7 @@ class SkimpyOffsetMap:
                 mappable,
                 np.int64(min_offset),
                 np.int64(self.base_offset),
-                self._tags,
-                self._offs,
-                self.slots,
-                self.size,
-                self.max_size,
+                *self._insert_state(),
             )
             self.size = size
             if (
@@ -241,11 +237,7 @@ class SkimpyOffsetMap:
             lens,
             offsets,
             np.int64(self.base_offset),
-            self._tags,
-            self._offs,
-            self.slots,
-            self.size,
-            self.max_size,
+            *self._insert_state(),
         )
         if st:
             raise OverflowError(
@@ -258,6 +250,10 @@ class SkimpyOffsetMap:
         """Offsets mapped for keys (-1: absent)."""
         data, starts, lens = _flat_keys(keys)
         return K.get_keys(data, starts, lens, np.int64(self.base_offset), self._tags, self._offs, self.slots)
+
+    def _insert_state(self) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        """What the inserting kernels take after their input: the table, its slots, and fill and limit."""
+        return self._tags, self._offs, self.slots, self.size, self.max_size
 
     @property
     def tables(self) -> tuple[np.ndarray, np.ndarray, int]:
