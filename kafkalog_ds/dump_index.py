@@ -1,4 +1,4 @@
-"""`kafkalog dump-log` for .index, .timeindex and .txnindex files: Kafka's DumpLogSegments entry lines,
+"""`kafkalog dump-log` for .index and .timeindex files: Kafka's DumpLogSegments entry lines,
 and its checks of each index entry against the segment's .log (mismatches go to the DumpReport).
 """
 
@@ -16,16 +16,6 @@ from storage.index import OffsetIndex, TimeIndex
 from storage.records.record_batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 
 from .dump_log import DumpOptions, DumpReport, SegmentReader, start_offset
-
-TXN_ENTRY = np.dtype(
-    [
-        ("version", ">i2"),
-        ("producer_id", ">i8"),
-        ("first_offset", ">i8"),
-        ("last_offset", ">i8"),
-        ("last_stable_offset", ">i8"),
-    ]
-)
 
 
 def _log_path_for(fs: LogFileSystem, path: str) -> str:
@@ -165,28 +155,3 @@ def dump_time_index(
             lines.append(f"timestamp: {ts} offset: {off}\n")
         prev = ts
     out.write("".join(lines))
-
-
-def dump_txn_index(
-    fs: LogFileSystem, path: str, display: str, opts: DumpOptions, out: TextIO, report: DumpReport, abs_name: str
-) -> None:
-    data = _read_whole(fs, path)
-    n = len(data) // TXN_ENTRY.itemsize
-    e = np.frombuffer(data, TXN_ENTRY, count=n)
-    out.write(
-        "".join(
-            f"version: {v} producerId: {p} firstOffset: {f} lastOffset: {la} lastStableOffset: {s}\n"
-            for v, p, f, la, s in zip(
-                e["version"].tolist(),
-                e["producer_id"].tolist(),
-                e["first_offset"].tolist(),
-                e["last_offset"].tolist(),
-                e["last_stable_offset"].tolist(),
-                strict=False,
-            )
-        )
-    )
-    if len(data) % TXN_ENTRY.itemsize:
-        raise CorruptIndexError(
-            f"transaction index {fs.url(path)} ends with a partial entry (position {n * TXN_ENTRY.itemsize})"
-        )

@@ -11,8 +11,9 @@ from storage.errors import DumpError, KafkaLogError
 from storage.fs.filesystem import LogFileSystem
 from storage.log_dirs import open_filesystem
 
-from .dump_index import dump_index, dump_time_index, dump_txn_index
+from .dump_index import dump_index, dump_time_index
 from .dump_log import DumpOptions, DumpReport, dump_log, one_line
+from .dump_txn_index import dump_txn_index
 
 UNSUPPORTED = {".snapshot": "producer state snapshots", ".checkpoint": "KRaft snapshots"}
 

@@ -154,7 +154,7 @@ class AbstractIndex:
         if start_slot >= self._loaded_from:
             return
         head = self._read_slots(start_slot, self._loaded_from)
-        self._cache = np.concatenate([head, self._cache]) if len(self._cache) else head.copy()
+        self._cache = np.concatenate([head, self._cache], dtype=self.entry_dtype) if len(self._cache) else head.copy()
         self._loaded_from = start_slot
         self._check_sorted(head, start_slot)
 
@@ -200,7 +200,9 @@ class AbstractIndex:
     def _append_rows(self, rows: np.ndarray) -> None:
         if not len(rows):
             return
-        self._cache = np.concatenate([self._cache, rows]) if len(self._cache) else rows.copy()
+        # dtype kept: numpy 2 joins big-endian structured arrays into a native-order one, whose bytes (the
+        # pending entries after a truncation) would then be written little-endian
+        self._cache = np.concatenate([self._cache, rows], dtype=self.entry_dtype) if len(self._cache) else rows.copy()
         self._pending += rows.tobytes()
         self._entries += len(rows)
 

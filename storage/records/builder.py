@@ -21,6 +21,7 @@ from . import _record_kernels as K
 from .compression import compress_many
 from .record_batch import (
     ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
     CRC_OFFSET,
     DELETE_HORIZON_FLAG_MASK,
     HEADER_DTYPE,
@@ -187,6 +188,7 @@ def _encode(
     base_sequence=-1,
     partition_leader_epoch=-1,
     is_transactional=False,
+    control=False,
     delete_horizon_ms=None,
     now_ms=None,
     compression_level=None,
@@ -227,6 +229,7 @@ def _encode(
         int(compression)
         | (TIMESTAMP_TYPE_MASK if timestamp_type is TimestampType.LOG_APPEND_TIME else 0)
         | (TRANSACTIONAL_FLAG_MASK if is_transactional else 0)
+        | (CONTROL_FLAG_MASK if control else 0)
         | (DELETE_HORIZON_FLAG_MASK if use_fixed else 0)
     )
     if not 0 <= base_offset <= INT64_MAX + 1 - n:
@@ -312,8 +315,9 @@ def encode_records(
     uncompressed each; batch i gets baseOffset (and baseSequence, unless -1) advanced by the rows before
     it. Returns the encoded buffer (a writable uint8 array) and its BatchScan, which
     Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs. `options`: those
-    of _encode (compression, base_offset, timestamp_type, producer fields, is_transactional,
-    delete_horizon_ms, now_ms, compression_level: Kafka's compression.<codec>.level, None for its default)."""
+    of _encode (compression, base_offset, timestamp_type, producer fields, is_transactional, control: the
+    control bit, for batches of control records such as transaction markers, delete_horizon_ms, now_ms,
+    compression_level: Kafka's compression.<codec>.level, None for its default)."""
     if max_batch_bytes < MIN_BATCH_BYTES:
         raise InvalidConfigError(
             f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "

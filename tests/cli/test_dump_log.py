@@ -408,6 +408,24 @@ def test_txn_index(capsys, tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    ("tail", "problem"),
+    [
+        (struct.pack(">hqqqq", 0, 6, 30, 31, 31)[:33], "partial entry at position 34 (33 of 34 bytes)"),
+        (struct.pack(">hqqqq", 1, 6, 30, 31, 31), "entry 1 at position 34: unexpected aborted transaction version 1"),
+        (struct.pack(">hqqqq", 0, 6, 15, 20, 15), "entry 1 at position 34: lastOffset 20 is not greater than"),
+    ],
+)
+def test_damaged_txn_index_prints_the_entries_before_the_damage(capsys, tmp_path, tail, problem):
+    path = tmp_path / f"{SEG}.txnindex"
+    path.write_bytes(struct.pack(">hqqqq", 0, 5, 10, 20, 15) + tail)
+    rc, out, err = run(capsys, "dump-log", str(path))
+    assert rc == 1 and out.splitlines()[1:] == [
+        "version: 0 producerId: 5 firstOffset: 10 lastOffset: 20 lastStableOffset: 15"
+    ]
+    assert err.startswith("kafkalog: error: ") and problem in err and str(path) in err
+
+
 # ---------------------------------------------------------------- damaged files
 
 

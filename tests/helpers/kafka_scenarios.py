@@ -201,7 +201,9 @@ def _append_time() -> list[dict]:
     ]
 
 
-def _txn() -> list[dict]:
+def _txn(topic: str = TXN_TOPIC, transactional_id: str = "b2k-txn-producer") -> list[dict]:
+    """Seven transactions over two partitions, three of them aborted (tests/storage/transactions reuse it on a
+    topic of their own)."""
     steps, i = [], 0
 
     def sends(counts: dict[int, int], tag: str) -> list[dict]:
@@ -227,8 +229,8 @@ def _txn() -> list[dict]:
     return [
         {
             "op": "produce",
-            "topic": TXN_TOPIC,
-            "config": {"transactional.id": "b2k-txn-producer", "compression.type": "snappy", **NO_AUTOSEND},
+            "topic": topic,
+            "config": {"transactional.id": transactional_id, "compression.type": "snappy", **NO_AUTOSEND},
             "steps": steps,
         }
     ]

@@ -334,3 +334,31 @@ def test_an_empty_segment_with_preallocated_zero_indexes_has_no_entries(root, ca
         assert log.segments[0].largest_timestamp == -1
         assert log.offset_for_timestamp(0) is None
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
+@pytest.mark.parametrize(
+    ("suffix", "fmt"),
+    [(".index", ">ii"), (".timeindex", ">qi")],  # OffsetIndex (offset, position), TimeIndex (timestamp, offset)
+)
+def test_truncating_into_unflushed_entries_writes_them_big_endian(root, suffix, fmt):
+    """Entries appended after a flush and kept by a truncation are written from the in-memory cache: its rows must
+    stay big-endian (numpy 2's concatenate made them native-order, and the file got little-endian entries)."""
+    from storage.index import TimeIndex
+    from storage.log_dirs import open_filesystem
+
+    fs, d = open_filesystem(root)
+    fs.mkdirs(d)
+    path = fs.join(d, "00000000000000000000" + suffix)
+    if suffix == ".index":
+        index = OffsetIndex(fs, path, 0, 1024)
+        add = index.append  # (offset, position)
+    else:
+        index = TimeIndex(fs, path, 0, 1024)
+        add = index.maybe_append  # (timestamp, offset)
+    add(1, 10)
+    index.flush()
+    add(2, 20)
+    add(3, 30)
+    index.truncate_to_entries(2)
+    index.flush()
+    assert fs.read(path) == struct.pack(fmt, 1, 10) + struct.pack(fmt, 2, 20)

@@ -1,0 +1,6 @@
+"""Kafka's transactions on disk: the formats a transactional producer's partitions hold.
+
+control_records.py: control record keys (ControlRecordType) and the COMMIT/ABORT marker
+(EndTransactionMarker), and the one-record control batch a coordinator writes;
+transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn).
+"""
