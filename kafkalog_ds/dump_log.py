@@ -116,6 +116,13 @@ def increment_sequence(seq, inc):
     return np.where(over, _i32(_i32(inc - _i32(INT32_MAX - seq)) - 1), _i32(seq + inc))
 
 
+def decrement_sequence(seq, dec):
+    """Kafka's DefaultRecordBatch.decrementSequence (wraps below 0 to Integer.MAX_VALUE), vectorized."""
+    seq = np.asarray(seq, np.int64)
+    dec = np.asarray(dec, np.int64)
+    return np.where(seq < dec, _i32(_i32(INT32_MAX - _i32(dec - seq)) + 1), _i32(seq - dec))
+
+
 class SegmentReader:
     """Complete batches of a .log file from position 0 to `end`, read in growing chunks.
 

@@ -13,11 +13,18 @@ from storage.log_dirs import open_filesystem
 
 from .dump_index import dump_index, dump_time_index
 from .dump_log import DumpOptions, DumpReport, dump_log, one_line
+from .dump_snapshot import dump_producer_snapshot
 from .dump_txn_index import dump_txn_index
 
-UNSUPPORTED = {".snapshot": "producer state snapshots", ".checkpoint": "KRaft snapshots"}
+UNSUPPORTED = {".checkpoint": "KRaft snapshots"}
 
-_DUMPERS = {".log": dump_log, ".index": dump_index, ".timeindex": dump_time_index, ".txnindex": dump_txn_index}
+_DUMPERS = {
+    ".log": dump_log,
+    ".index": dump_index,
+    ".timeindex": dump_time_index,
+    ".txnindex": dump_txn_index,
+    ".snapshot": dump_producer_snapshot,
+}
 
 
 def _open(arg: str) -> tuple[LogFileSystem, str, str]:

@@ -107,6 +107,16 @@ class CorruptCheckpointError(KafkaStorageError):
         self.line = line
 
 
+class CorruptSnapshotError(KafkaStorageError):
+    """A producer state snapshot that fails its checks (size, version, entry count, CRC-32C); names the
+    file and the byte position at fault (Kafka's CorruptSnapshotException)."""
+
+    def __init__(self, message: str, *, path: str, position: int):
+        super().__init__(f"corrupt producer snapshot {path} at position {position}: {message}")
+        self.path = path
+        self.position = position
+
+
 class CleaningAbortedError(KafkaStorageError):
     """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
 

@@ -2,5 +2,7 @@
 
 control_records.py: control record keys (ControlRecordType) and the COMMIT/ABORT marker
 (EndTransactionMarker), and the one-record control batch a coordinator writes;
-transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn).
+transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn);
+producer_snapshot.py: the producer state snapshot `<20-digit offset>.snapshot` (Kafka's
+ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing.
 """

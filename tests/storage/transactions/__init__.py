@@ -1,0 +1,1 @@
+"""Tests of storage/transactions: Kafka's producer state snapshots and transaction files."""
