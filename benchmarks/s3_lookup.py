@@ -150,14 +150,14 @@ def main(argv=None) -> None:
                 return log.offset_for_timestamp(ts)
 
         def planning(ts):
-            from python_datasource.reader import KafkaLogBatchReader
+            from python_datasource.reader import KafkaLogBatchReader, selected_columns
             from python_datasource.source_options import SourceOptions
 
             o = SourceOptions.parse(
                 {"path": url, "subscribe": "t", "startingTimestamp": str(ts), **spark_fs_options(server)},
                 streaming=False,
             )
-            parts = KafkaLogBatchReader(o).partitions()
+            parts = KafkaLogBatchReader(o, selected_columns(None, o.include_headers)).partitions()
             return parts[0].start if parts else None
 
         n = args.segments * RECORDS_PER_SEGMENT
