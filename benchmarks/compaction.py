@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from storage.cleaner.cleaner import Cleaner, CleanerConfig  # noqa: E402
+from storage.cleaner.cleaner import Cleaner
+from storage.cleaner.cleaner_config import CleanerConfig  # noqa: E402
 from storage.cleaner.log_cleaner_manager import LogCleanerManager  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.builder import build_records  # noqa: E402

@@ -16,7 +16,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from .common.time import SYSTEM_TIME
 from .errors import (
@@ -31,6 +30,7 @@ from .errors import (
 from .fs.filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
+from .log_description import LogDirsDescription, PartitionDescription, SegmentDescription, TopicDescription
 from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
 from .log_listing import LogListing
 from .log_loader import LOCK_FILE, LogLoader
@@ -90,71 +90,6 @@ def _rename_dir(fs: LogFileSystem, src: str, dst: str) -> None:
         s, d = fs.join(src, f.name), fs.join(dst, f.name)
         _rename_dir(fs, s, d) if f.is_dir else fs.rename(s, d)
     fs.delete_dir(src)
-
-
-@dataclass(frozen=True)
-class SegmentDescription:
-    """One segment of a described partition (only the active one may be empty)."""
-
-    base_offset: int
-    size: int  # bytes of its .log
-    largest_timestamp: int
-
-    def to_dict(self) -> dict:
-        return {"baseOffset": self.base_offset, "size": self.size, "largestTimestamp": self.largest_timestamp}
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    """One partition of a described topic; log_dir is None while it has no directory (nothing written)."""
-
-    partition: int
-    log_start_offset: int
-    log_end_offset: int
-    size: int  # bytes of all its segments
-    segments: tuple[SegmentDescription, ...]
-    log_dir: str | None = None  # the URL of the log dir holding it
-
-    def to_dict(self) -> dict:
-        where = {} if self.log_dir is None else {"logDir": self.log_dir}
-        return {
-            "partition": self.partition,
-            **where,
-            "logStartOffset": self.log_start_offset,
-            "logEndOffset": self.log_end_offset,
-            "size": self.size,
-            "segments": [s.to_dict() for s in self.segments],
-        }
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """One described topic: its id (None for a topic Kafka wrote, with no topic file), config overrides
-    and partitions."""
-
-    topic: str
-    topic_id: str | None
-    config: dict[str, str]
-    partitions: tuple[PartitionDescription, ...]
-
-    def to_dict(self) -> dict:
-        return {
-            "topic": self.topic,
-            "partitions": [p.to_dict() for p in self.partitions],
-            "config": self.config,
-            "topicId": self.topic_id,
-        }
-
-
-@dataclass(frozen=True)
-class LogDirsDescription:
-    """What LogManager.describe() found under ROOT (its URL); to_dict() is `kafkalog describe --json`."""
-
-    root: str
-    topics: tuple[TopicDescription, ...]
-
-    def to_dict(self) -> dict:
-        return {"root": self.root, "topics": [t.to_dict() for t in self.topics]}
 
 
 class LogManager:

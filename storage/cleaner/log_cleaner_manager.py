@@ -23,7 +23,8 @@ from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpoi
 from ..producer_state import ProducerStateManager
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition
-from .cleaner import Cleaner, CleanerConfig, CleanResult
+from .cleaner import Cleaner, CleanResult
+from .cleaner_config import CleanerConfig
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
 logger = logging.getLogger(__name__)

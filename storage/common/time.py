@@ -9,19 +9,23 @@ test can pass a MockTime and move it by hand instead of sleeping.
 from __future__ import annotations
 
 import time as _time
+from abc import ABC, abstractmethod
 
 
-class Time:
+class Time(ABC):
     """A clock: wall-clock milliseconds, monotonic nanoseconds, and a sleep on the same clock."""
 
+    @abstractmethod
     def milliseconds(self) -> int:
-        raise NotImplementedError
+        """Wall-clock milliseconds since the epoch."""
 
+    @abstractmethod
     def nanoseconds(self) -> int:
-        raise NotImplementedError
+        """Monotonic nanoseconds, for durations only."""
 
+    @abstractmethod
     def sleep(self, ms: int) -> None:
-        raise NotImplementedError
+        """Wait ms milliseconds on this clock (a MockTime just moves)."""
 
     def hi_res_clock_ms(self) -> int:
         """Monotonic milliseconds (Kafka's hiResClockMs), for measuring how long something took."""

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.cleaner.cleaner import Cleaner, CleanerConfig
+from storage.cleaner.cleaner import Cleaner
+from storage.cleaner.cleaner_config import CleanerConfig
 from storage.cleaner.log_cleaner_manager import LogCleanerManager, log_to_clean
 from storage.cleaner.offset_map import KeyCounter, SkimpyOffsetMap
 from storage.cleaner.throttler import Throttler
