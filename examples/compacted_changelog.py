@@ -21,13 +21,11 @@ import os
 import shutil
 import sys
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
-from pyspark.sql import SparkSession, Window  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from storage.log_maintenance import run_once  # noqa: E402  (what `kafkalog maintain ROOT --once` runs)
+from kafkalog_ds.local_spark import exit_on_interrupt, session
+from storage.log_maintenance import run_once  # (what `kafkalog maintain ROOT --once` runs)
 
 DEFAULT_ROOT = "changelog-logs"
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ROOT)
@@ -36,15 +34,8 @@ if len(sys.argv) <= 1:
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"compacted_changelog: error: {root} is not empty; give a new directory")
 
-spark = (
-    SparkSession.builder.master("local[2]")
-    .appName("kafkalog-compacted-changelog")
-    .config("spark.ui.enabled", "false")
-    .config("spark.ui.showConsoleProgress", "false")
-    .config("spark.sql.session.timeZone", "UTC")
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
+spark = session("kafkalog-compacted-changelog", conf={"spark.sql.session.timeZone": "UTC"}, prog="compacted_changelog")
+exit_on_interrupt(spark, prog="compacted_changelog")  # Ctrl-C: one line, exit 130
 
 topic_config = {  # applied when the sink creates the topic
     "cleanup.policy": "compact",

@@ -10,21 +10,14 @@ import os
 import sys
 import time
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+from kafkalog_ds.local_spark import EXIT_INTERRUPTED, exit_on_interrupt, say, session, stop_between_batches
 
-from pyspark.sql import SparkSession  # noqa: E402
+PROG = "follow_topic"
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "follow-logs")
 seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-spark = (
-    SparkSession.builder.master("local[2]")
-    .appName("kafkalog-follow")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
+spark = session("kafkalog-follow", conf={"spark.sql.shuffle.partitions": "2"}, prog=PROG)
+stop = exit_on_interrupt(spark, prog=PROG, immediate=False)  # Ctrl-C: both stop between micro-batches
 
 writer = (
     spark.readStream.format("rate")
@@ -38,8 +31,21 @@ writer = (
     .trigger(processingTime="1 second")
     .start(root)
 )
-while not any(p["numInputRows"] for p in writer.recentProgress):  # the first micro-batch is committed
-    time.sleep(0.5)
+say(f"{PROG}: writer started; waiting for its first micro-batch")
+began = next_report = time.monotonic()
+while not any(p["numInputRows"] for p in writer.recentProgress) and not stop.requested:
+    writer.awaitTermination(0.5)  # returns at once if the writer died
+    if writer.exception() is not None:
+        sys.exit(f"{PROG}: error: the writer failed: {' '.join(str(writer.exception()).split())[:300]}")
+    if time.monotonic() >= next_report + 5:
+        next_report = time.monotonic()
+        say(f"{PROG}: still waiting for the writer's first micro-batch ({next_report - began:.0f} s)")
+if stop.requested:
+    stop.immediate = True
+    stop_between_batches(writer)
+    spark.stop()
+    print(f"{PROG}: interrupted before the first micro-batch; run again to resume", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
 
 counts = (
     spark.readStream.format("kafkalog")
@@ -60,8 +66,28 @@ reader = (
     .start()
 )
 
-time.sleep(seconds)
-writer.stop()
+say(f"{PROG}: reader started; both run for {seconds} s")
+
+
+def rows(query) -> int:
+    return sum(p["numInputRows"] for p in query.recentProgress)
+
+
+deadline = time.monotonic() + seconds  # how long the demo runs: a schedule, not a bound on a wait
+next_report = time.monotonic() + 5
+while time.monotonic() < deadline and not stop.requested and writer.isActive and reader.isActive:
+    reader.awaitTermination(0.5)
+    if time.monotonic() >= next_report:
+        say(f"{PROG}: the writer has committed {rows(writer)} records, the reader has read {rows(reader)}")
+        next_report = time.monotonic() + 5
+stop.immediate = True  # a second Ctrl-C cancels at once
+stop_between_batches(writer)
+if stop.requested:
+    stop_between_batches(reader)
+    spark.stop()
+    print(f"{PROG}: interrupted; both queries resume from their checkpoints when run again", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
+say(f"{PROG}: writer stopped; the reader catches up")
 reader.processAllAvailable()
 reader.stop()
 spark.sql("SELECT * FROM clicks_per_page ORDER BY page").show()

@@ -9,24 +9,15 @@ import os
 import shutil
 import sys
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-
-from pyspark.sql import SparkSession  # noqa: E402
+from kafkalog_ds.local_spark import exit_on_interrupt, session
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "time-travel-logs")
 if len(sys.argv) <= 1:
     shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"time_travel: error: {root} is not empty; give a new directory")
-spark = (
-    SparkSession.builder.master("local[2]")
-    .appName("kafkalog-time-travel")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.session.timeZone", "UTC")
-    .getOrCreate()
-)
-spark.sparkContext.setLogLevel("ERROR")
+spark = session("kafkalog-time-travel", conf={"spark.sql.session.timeZone": "UTC"}, prog="time_travel")
+exit_on_interrupt(spark, prog="time_travel")  # Ctrl-C: one line, exit 130
 
 day = 1_700_006_400_000  # 2023-11-15T00:00:00Z
 readings = spark.range(0, 24 * 60).selectExpr(

@@ -4,6 +4,7 @@ Spark's noise off the screen; examples/compacted_changelog.py checks every claim
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -43,3 +44,35 @@ def test_the_changelog_example_drops_tombstones_as_it_says(tmp_path):
     second = p.stdout.split("maintenance pass 2")[-1]
     assert "100 tombstones dropped, none left" in second and "(0 tombstones)" not in second
     assert not [ln for ln in p.stdout.splitlines() if ln.startswith(("FAIL", "error"))]
+
+
+def test_the_demo_rerun_says_where_it_resumes_and_ctrl_c_ends_in_one_line(tmp_path):
+    """Run twice: the rerun names the offsets it appends from; Ctrl-C (SIGINT, sent once the query is up)
+    stops it between micro-batches: exit 130, one line saying what was committed, no trace of any kind."""
+    root = str(tmp_path / "demo")
+    first = run("streaming_pipeline.py", root, "300", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(EXAMPLES, "streaming_pipeline.py"), root, "100000000"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    assert p.stderr is not None
+    for line in p.stderr:  # wait on the condition: the query has started
+        lines.append(line.rstrip("\n"))
+        if "query started" in line:
+            p.send_signal(signal.SIGINT)
+            break
+    _, rest = p.communicate(timeout=900)  # the rest of stderr, after the lines read above
+    err = lines + rest.splitlines()
+    assert p.returncode == 130, "\n".join(err[-30:])
+    assert any(ln.startswith(f"streaming_pipeline: resuming from checkpoint {root}-checkpoint") for ln in err), err
+    assert "partition 0 at offset" in "\n".join(err)
+    assert err[-1].startswith("streaming_pipeline: interrupted: committed "), err[-5:]
+    noise = [ln for ln in err if "Exception" in ln or "Traceback" in ln or "ERROR" in ln or "KeyboardInterrupt" in ln]
+    assert not noise, noise[:5]

@@ -8,9 +8,6 @@ Spark executors, TASKS_PER_CORE tasks per core, each maintaining its slice under
 
 from __future__ import annotations
 
-import os
-import sys
-
 from storage import log_maintenance
 from storage.log_maintenance import PartitionReport, maintain_partitions
 
@@ -26,11 +23,9 @@ def run_once(root: str, *, spark=None, **kwargs) -> list[PartitionReport]:
 def run_on_spark(root: str, *, master: str, **kwargs) -> list[PartitionReport]:
     """One pass as a Spark job of its own (`kafkalog maintain --once --spark`): a session on `master`,
     stopped when the pass ends."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from ..local_spark import session  # Spark's console kept to errors, as the examples' sessions
 
-    spark = SparkSession.builder.appName("kafkalog-maintenance").master(master).getOrCreate()
+    spark = session("kafkalog-maintenance", master=master, prog="kafkalog maintain")
     try:
         return run_once(root, spark=spark, **kwargs)
     finally:

@@ -1,0 +1,79 @@
+"""kafkalog_ds/local_spark.py without a JVM: the one-line Java check and Ctrl-C as a request (a real SIGINT
+to this process; the examples' run under Spark is tests/test_examples.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from kafkalog_ds import local_spark
+
+
+class FakeContext:
+    def __init__(self):
+        self.calls = []
+
+    def setLogLevel(self, level):  # noqa: N802 (pyspark's name)
+        self.calls.append(("setLogLevel", level))
+
+    def cancelAllJobs(self):  # noqa: N802
+        self.calls.append(("cancelAllJobs",))
+
+
+class FakeSpark:
+    def __init__(self):
+        self.sparkContext = FakeContext()
+
+
+def test_no_java_is_one_line_naming_java_17(monkeypatch, tmp_path):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "Java 17" in local_spark.java_missing_reason()
+    with pytest.raises(SystemExit) as e:
+        local_spark.session("t", prog="demo")
+    assert str(e.value).startswith("demo: error: Spark needs Java 17") and "\n" not in str(e.value)
+
+
+def test_a_java_on_path_or_in_java_home_is_enough(monkeypatch, tmp_path):
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(java.parent))
+    assert local_spark.java_missing_reason() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    assert local_spark.java_missing_reason() is None
+
+
+def test_the_first_ctrl_c_is_a_request_the_second_cancels_and_raises(capsys):
+    spark = FakeSpark()
+    before = signal.getsignal(signal.SIGINT)
+    with local_spark.Interrupt(spark, prog="demo") as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested and spark.sparkContext.calls == []  # nothing cancelled: the caller stops
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert spark.sparkContext.calls == [("setLogLevel", "OFF"), ("cancelAllJobs",)]
+    assert signal.getsignal(signal.SIGINT) is before
+    assert capsys.readouterr().err.startswith("demo: interrupted: stopping after the micro-batch under way")
+
+
+def test_outside_a_stream_ctrl_c_cancels_at_once():
+    spark = FakeSpark()
+    with local_spark.Interrupt(spark) as stop:
+        stop.immediate = True
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+    assert ("cancelAllJobs",) in spark.sparkContext.calls
+
+
+def test_the_quiet_configuration_sets_the_gateway_level_so_spark_announces_nothing():
+    conf_dir = local_spark._quiet_conf_dir()
+    with open(os.path.join(conf_dir, "log4j2.properties")) as f:
+        text = f.read()
+    assert "rootLogger.level = error" in text
+    assert "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer" in text  # else "Setting default..."
