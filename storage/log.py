@@ -144,7 +144,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = SYSTEM_TIME.milliseconds()
         self.closed = False
-        self._txn_state: TransactionState | None = None  # TransactionState, loaded by the first read_committed use (transaction_state)
+        self._txn_state: TransactionState | None = None  # loaded by the first read_committed use
         self._txn_indexes: dict[int, TransactionIndex] = {}  # by segment base offset, opened on first use
 
     def attach_producer_state(self, producer_state) -> None:
