@@ -182,12 +182,13 @@ class TransactionState:
 
     @classmethod
     def load(
-        cls, log, end: int, *, max_open: int = MAX_OPEN_TRANSACTIONS, from_log_start: bool = False
+        cls, log, end: int, *, max_open: int | None = None, from_log_start: bool = False
     ) -> TransactionState:
         """Scan `log` (a Log) up to `end`, its log end offset, from its latest valid snapshot (from its log start
         when `from_log_start`, or when the segment holding the snapshot's offset has an index to replace: the
         scan must then cover that segment whole)."""
         scan_start, ongoing = (log.log_start_offset, {}) if from_log_start else load_snapshot_state(log, end)
+        max_open = MAX_OPEN_TRANSACTIONS if max_open is None else max_open
         scan = TransactionScan(f"{log.tp.topic}-{log.tp.partition}", ongoing, max_open)
         found: dict[int, list[AbortedTxn]] = {}
         if scan_start < end:
