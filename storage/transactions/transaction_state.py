@@ -181,9 +181,7 @@ class TransactionState:
         self.rebuilt = rebuilt
 
     @classmethod
-    def load(
-        cls, log, end: int, *, max_open: int | None = None, from_log_start: bool = False
-    ) -> TransactionState:
+    def load(cls, log, end: int, *, max_open: int | None = None, from_log_start: bool = False) -> TransactionState:
         """Scan `log` (a Log) up to `end`, its log end offset, from its latest valid snapshot (from its log start
         when `from_log_start`, or when the segment holding the snapshot's offset has an index to replace: the
         scan must then cover that segment whole)."""
