@@ -443,7 +443,29 @@ class Log:
             from .transactions.transaction_state import TransactionState
 
             self._txn_state = TransactionState.load(self, self._next_offset)
+            self._rewrite_txn_indexes(self._txn_state)
         return self._txn_state
+
+    def _rewrite_txn_indexes(self, state: TransactionState) -> None:
+        """A writer puts the aborted transactions the state found in place of each missing or bad `.txnindex`
+        (Kafka's loader rebuilds it on recovery); a reader only uses them."""
+        if not self.writable or self.closed:
+            return
+        from .transactions.transaction_index import entries_to_txns
+
+        for seg in self._segments:
+            rebuilt = state.rebuilt.get(seg.base_offset)
+            if rebuilt is None:
+                continue
+            index = self.txn_index(seg)
+            if self.fs.exists(index.path):
+                self.fs.delete_many([index.path])  # a bad file is not read again, only replaced
+            index = self._txn_indexes[seg.base_offset] = TransactionIndex(self.fs, index.path, seg.base_offset)
+            for txn in entries_to_txns(rebuilt):
+                index.append(txn)
+            index.flush()
+            index.close()
+            log.info("rebuilt transaction index %s (%d entries)", self.fs.url(index.path), len(rebuilt))
 
     @property
     def last_stable_offset(self) -> int:

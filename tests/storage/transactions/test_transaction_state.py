@@ -171,3 +171,19 @@ def test_iter_decoded_keep_mask_drops_batches_and_must_match_the_scan():
     assert kept.column("value").to_pylist() == [b"a", b"c"]
     with pytest.raises(ValueError, match="keep has 2 entries for 3 batches"):
         list(iter_decoded(buf, scan=scan, keep=np.array([True, False])))
+
+
+def test_a_writer_rewrites_a_missing_or_bad_txnindex_from_the_log(root):
+    from storage.transactions.transaction_index import TransactionIndex
+
+    lm = write(root, *BATCHES)
+    path = os.path.join(root, "t-0", "00000000000000000000.txnindex")
+    with lm.open_log(TP) as log:
+        assert log.last_stable_offset == 8
+    assert not os.path.exists(path)  # a reader only uses what it found
+    for damage in (None, b"\x00\x01" + b"\x00" * 32):  # missing, then an entry of version 1
+        if damage is not None:
+            open(path, "wb").write(damage)
+        with lm.open_log(TP, writable=True) as log:
+            assert log.last_stable_offset == 8
+        assert TransactionIndex(lm.fs, path, 0).all_aborted_txns() == [AbortedTxn(1, 0, 5, 3)]
