@@ -143,3 +143,7 @@ class DumpError(KafkaLogError):
 
 class ExportError(KafkaStorageError):
     """The export cannot go ahead; nothing in the target was changed unless the message says so."""
+
+
+class TooManyProducersError(KafkaStorageError):
+    """A partition holds more open transactions than a reader tracks (transaction_state.MAX_OPEN_TRANSACTIONS)."""

@@ -114,13 +114,15 @@ def iter_decoded(
     max_offset: int | None = None,
     scan: BatchScan | None = None,
     budget: int = DECODE_BUDGET_BYTES,
+    keep: np.ndarray | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Decode the records of the complete batches in `buf` as RECORD_SCHEMA RecordBatches, a group of
     batches at a time: a group holds at most `budget` bytes of decompressed records (each record
     counted PER_RECORD_BYTES more), plus one batch, so memory stays bounded whatever the batches
     decompress to (each is bounded by max_message_bytes).
 
-    Records outside [min_offset, max_offset) are dropped; control batches are skipped when skip_control.
+    Records outside [min_offset, max_offset) are dropped; control batches are skipped when skip_control, and
+    batch i when `keep` (a boolean per batch of the scan) is False (read_committed's aborted batches).
     At a bad batch, the records of the batches before it are yielded first, then CorruptRecordError
     (or RecordTooLargeError) names `source`, the absolute byte position (base_position + position in
     buf) and the batch's base offset.
@@ -155,6 +157,10 @@ def iter_decoded(
         stop_error = error
     if skip_control:
         sel &= (d.attrs & CONTROL_FLAG_MASK) == 0
+    if keep is not None:
+        if len(keep) != len(scan):
+            raise ValueError(f"keep has {len(keep)} entries for {len(scan)} batches")
+        sel &= np.asarray(keep, bool)
     idx = np.flatnonzero(sel)
     lo = _clamp(min_offset, INT64_MIN)
     hi = INT64_MAX if max_offset is None else _clamp(max_offset, INT64_MAX) - 1  # the last offset kept

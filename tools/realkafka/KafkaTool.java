@@ -315,8 +315,10 @@ public final class KafkaTool {
     /**
      * Kafka's producer: {"topic", "config": {producer configs}, "steps": [...]}. A step is {"send": record},
      * {"sendMany": {"count", "partition"?, "key": format|null, "value": format, "timestamp"?, "timestampStep"?}}
-     * (formats get the record's index through String.format), {"flush": 1}, {"begin": 1}, {"commit": 1} or
-     * {"abort": 1}; a transactional.id in config calls initTransactions first. Returns each send's
+     * (formats get the record's index through String.format), {"flush": 1}, {"begin": 1}, {"commit": 1},
+     * {"abort": 1} or {"leaveOpen": 1} (flush, then close at once: a graceful close would abort the open
+     * transaction, a forced one leaves it open until transaction.timeout.ms; the last step); a transactional.id
+     * in config calls initTransactions first. Returns each send's
      * {partition, offset, timestamp}, in order.
      */
     private JsonNode produce(JsonNode cmd) throws Exception {
@@ -325,11 +327,15 @@ public final class KafkaTool {
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.putAll(strings(cmd.get("config")));
         List<Future<RecordMetadata>> sent = new ArrayList<>();
+        boolean leftOpen = false;
         try (KafkaProducer<byte[], byte[]> pr = new KafkaProducer<>(p, new ByteArraySerializer(), new ByteArraySerializer())) {
             if (p.containsKey(ProducerConfig.TRANSACTIONAL_ID_CONFIG)) {
                 pr.initTransactions();
             }
             for (JsonNode step : cmd.get("steps")) {
+                if (leftOpen) {
+                    throw new IllegalArgumentException("leaveOpen must be the last produce step");
+                }
                 Iterator<String> names = step.fieldNames();
                 String what = names.next();
                 JsonNode arg = step.get(what);
@@ -351,10 +357,13 @@ public final class KafkaTool {
                     case "begin": pr.beginTransaction(); break;
                     case "commit": pr.commitTransaction(); break;
                     case "abort": pr.abortTransaction(); break;
+                    case "leaveOpen": pr.flush(); pr.close(Duration.ZERO); leftOpen = true; break;
                     default: throw new IllegalArgumentException("unknown produce step " + what);
                 }
             }
-            pr.flush();
+            if (!leftOpen) {
+                pr.flush();
+            }
         }
         ArrayNode out = F.arrayNode();
         for (Future<RecordMetadata> f : sent) {

@@ -1,0 +1,233 @@
+"""The transaction half of Kafka's ProducerStateManager for one partition, as a reader needs it: which producers
+have a transaction open (and from which offset), the last stable offset, and the aborted transactions the log's
+ABORT markers complete (to stand in for a `.txnindex` that is missing or fails its checks).
+
+Built from the latest valid producer snapshot plus a scan of batch headers from its offset to the log end; only
+transactional batches cost Python work, control batches a one-record decode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, TooManyProducersError
+from ..file_records import BatchChunk
+from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from .control_records import ControlRecordType, EndTransactionMarker
+from .producer_snapshot import list_snapshots, read_snapshot
+from .transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, AbortedTxn, TransactionIndex
+
+logger = logging.getLogger(__name__)
+
+#: Producers with a transaction open that one partition's state tracks. Kafka bounds them by its producer
+#: expiry; a reader has no clock to expire them by, so past this many a read_committed reader refuses the
+#: partition (TooManyProducersError) rather than grow without bound. 100k open transactions is far beyond
+#: any real partition (a Kafka Streams task holds one).
+MAX_OPEN_TRANSACTIONS = 100_000
+
+
+def collect_aborted(entries: np.ndarray, fetch_offset: int, upper_bound_offset: int) -> tuple[np.ndarray, bool]:
+    """Kafka's LogSegment.collectAbortedTxns over rows of ABORTED_TXN_DTYPE (see TransactionIndex.collect_aborted):
+    the entries overlapping [fetch_offset, upper_bound_offset), and whether the search is complete."""
+    reached = np.flatnonzero(entries["last_stable_offset"].astype(np.int64) >= upper_bound_offset)
+    scanned = entries[: int(reached[0]) + 1] if reached.size else entries
+    keep = (scanned["last_offset"].astype(np.int64) >= fetch_offset) & (
+        scanned["first_offset"].astype(np.int64) < upper_bound_offset
+    )
+    return scanned[keep], bool(reached.size)
+
+
+def aborted_batch_mask(headers: np.ndarray, aborted: np.ndarray) -> np.ndarray:
+    """Which batches (rows of HEADER_DTYPE) belong to an aborted transaction: transactional data batches of
+    producer p whose base offset lies in [firstOffset, lastOffset] of one of p's entries in `aborted`
+    (what Kafka's consumer skips between a producer's first aborted offset and its ABORT marker).
+    Vectorised over the headers, one pass per aborted transaction that overlaps them."""
+    drop = np.zeros(len(headers), bool)
+    if not len(headers) or not len(aborted):
+        return drop
+    base = headers["base_offset"].astype(np.int64)
+    attrs = headers["attributes"].astype(np.int64)
+    data_txn = (attrs & TRANSACTIONAL_FLAG_MASK != 0) & (attrs & CONTROL_FLAG_MASK == 0)
+    if not data_txn.any():
+        return drop
+    pid = headers["producer_id"].astype(np.int64)
+    first = aborted["first_offset"].astype(np.int64)
+    last = aborted["last_offset"].astype(np.int64)
+    near = np.flatnonzero((first <= base[-1]) & (last >= base[0]))
+    for k in near.tolist():
+        drop |= data_txn & (pid == int(aborted["producer_id"][k])) & (base >= first[k]) & (base <= last[k])
+    return drop
+
+
+class TransactionScan:
+    """Producers' open transactions, advanced batch by batch as Kafka's ProducerAppendInfo does for the
+    transaction fields: a transactional data batch opens its producer's transaction at its base offset (if none
+    is open), a COMMIT or ABORT marker completes it (Kafka's CompletedTxn; a marker with no open transaction
+    completes nothing). An ABORT yields an AbortedTxn whose lastStableOffset is Kafka's
+    ProducerStateManager.lastStableOffset(completedTxn): the first offset of the earliest other open transaction,
+    else the marker's offset + 1.
+
+    Invariants: `ongoing` maps producerId -> first offset, in increasing first offset (insertion) order, and
+    never holds more than max_open producers.
+    """
+
+    def __init__(self, partition: str, ongoing: dict[int, int] | None = None, max_open: int = MAX_OPEN_TRANSACTIONS):
+        self.partition = partition
+        self.max_open = max_open
+        self.ongoing: dict[int, int] = {}
+        for pid, first in sorted((ongoing or {}).items(), key=lambda kv: kv[1]):
+            self._open(pid, first)
+
+    def _open(self, pid: int, first: int) -> None:
+        if len(self.ongoing) >= self.max_open:
+            raise TooManyProducersError(
+                f"partition {self.partition} has more than {self.max_open} transactions open at offset {first}: "
+                f"more than a reader tracks (MAX_OPEN_TRANSACTIONS)"
+            )
+        self.ongoing[pid] = first
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (Kafka's firstUnstableOffset), None if none is."""
+        return next(iter(self.ongoing.values()), None)
+
+    def _lso_after(self, pid: int, marker_offset: int) -> int:
+        for other, first in self.ongoing.items():  # increasing first offset: the first other producer's
+            if other != pid:
+                return first
+        return marker_offset + 1
+
+    def feed(self, chunk: BatchChunk) -> list[AbortedTxn]:
+        """Advance over a chunk of whole batches (offset order); the aborted transactions it completes."""
+        headers = chunk.scan.headers
+        attrs = headers["attributes"].astype(np.int64)
+        pids = headers["producer_id"].astype(np.int64)
+        txn = np.flatnonzero((attrs & TRANSACTIONAL_FLAG_MASK != 0) & (pids >= 0))
+        if not txn.size:
+            return []
+        aborted: list[AbortedTxn] = []
+        bases = headers["base_offset"][txn].astype(np.int64).tolist()
+        controls = (attrs[txn] & CONTROL_FLAG_MASK != 0).tolist()
+        for i, pid, base, control in zip(txn.tolist(), pids[txn].tolist(), bases, controls, strict=True):
+            if not control:
+                if pid not in self.ongoing:
+                    self._open(pid, base)
+                continue
+            marker = self._marker(chunk, i)
+            first = self.ongoing.get(pid)
+            if first is None:
+                continue  # an empty transaction: nothing to complete (Kafka emits no CompletedTxn)
+            if marker.control_type is ControlRecordType.ABORT:
+                aborted.append(AbortedTxn(pid, first, base, self._lso_after(pid, base)))
+            del self.ongoing[pid]
+        return aborted
+
+    @staticmethod
+    def _marker(chunk: BatchChunk, i: int) -> EndTransactionMarker:
+        """The marker in control batch i of the chunk: its one record's key and value (Kafka reads the first)."""
+        from ..records.decoder import decode_batches
+
+        start = int(chunk.scan.positions[i])
+        end = start + int(chunk.scan.sizes[i])
+        position = chunk.base_position + start
+        records = decode_batches(chunk.buf[start:end], skip_control=False, source=chunk.source, base_position=position)
+        if not records.num_rows:
+            raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
+        key = records.column("key")[0].as_py()
+        value = records.column("value")[0].as_py()
+        return EndTransactionMarker.deserialize(key, value, source=chunk.source, position=position)
+
+
+def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
+    """(offset, producerId -> open transaction's first offset) from the latest snapshot of `log` whose offset
+    lies in [log start, `end`] and that reads back whole; a bad one is logged and an older one tried. With
+    none: the log start offset and no open transaction (Kafka's loader rebuilds from there)."""
+    start = log.log_start_offset
+    for snap in reversed(list_snapshots(log.fs, log.dir)):
+        if not start <= snap.offset <= end:
+            continue
+        try:
+            entries = read_snapshot(log.fs, snap.path)
+        except (CorruptSnapshotError, OSError) as e:
+            logger.warning("ignoring producer snapshot %s (%s); trying an older one", log.fs.url(snap.path), e)
+            continue
+        first = entries["current_txn_first_offset"].astype(np.int64)
+        open_ = first >= 0
+        return snap.offset, dict(
+            zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True)
+        )
+    return start, {}
+
+
+def as_entries(txns: Iterable[AbortedTxn]) -> np.ndarray:
+    """AbortedTxn tuples as rows of ABORTED_TXN_DTYPE (what a `.txnindex` holds)."""
+    return np.array([(ABORTED_TXN_VERSION, *t) for t in txns], ABORTED_TXN_DTYPE)
+
+
+class TransactionState:
+    """A partition's transaction state as of its log end: the open transactions (producerId -> first offset),
+    where the header scan began (the snapshot's offset, or the log start), and, for each segment in the scanned
+    range whose `.txnindex` is missing yet should hold entries, or fails its checks, the aborted transactions
+    the scan found in it (ABORTED_TXN_DTYPE rows, by segment base offset). Memory: the open transactions
+    (at most MAX_OPEN_TRANSACTIONS) plus 34 bytes per aborted transaction of the distrusted indexes.
+    """
+
+    def __init__(self, ongoing: dict[int, int], scan_start: int, rebuilt: dict[int, np.ndarray]):
+        self.ongoing = ongoing
+        self.scan_start = scan_start
+        self.rebuilt = rebuilt
+
+    @classmethod
+    def load(cls, log, end: int, *, max_open: int | None = None, from_log_start: bool = False) -> TransactionState:
+        """Scan `log` (a Log) up to `end`, its log end offset, from its latest valid snapshot (from its log start
+        when `from_log_start`, or when the segment holding the snapshot's offset has an index to replace: the
+        scan must then cover that segment whole)."""
+        scan_start, ongoing = (log.log_start_offset, {}) if from_log_start else load_snapshot_state(log, end)
+        max_open = MAX_OPEN_TRANSACTIONS if max_open is None else max_open
+        scan = TransactionScan(f"{log.tp.topic}-{log.tp.partition}", ongoing, max_open)
+        found: dict[int, list[AbortedTxn]] = {}
+        if scan_start < end:
+            for chunk in log.read(scan_start, end):
+                for txn in scan.feed(chunk):
+                    seg = log.segment_for(txn.last_offset)
+                    found.setdefault(seg.base_offset if seg is not None else 0, []).append(txn)
+        rebuilt: dict[int, np.ndarray] = {}
+        for seg in log.segments_in_range(scan_start, end):
+            txns = found.get(seg.base_offset, [])
+            why = distrust(log.txn_index(seg), has_entries=bool(txns))
+            if why is None:
+                continue
+            if seg.base_offset < scan_start and not from_log_start:
+                logger.warning("%s; scanning the log from its start", why)
+                return cls.load(log, end, max_open=max_open, from_log_start=True)
+            logger.warning("%s; using the %d aborted transactions the log holds instead", why, len(txns))
+            rebuilt[seg.base_offset] = as_entries(txns)
+        return cls(scan.ongoing, scan_start, rebuilt)
+
+    def covers(self, base_offset: int) -> bool:
+        """Whether the scan read the whole segment at base_offset (its index was checked against it)."""
+        return base_offset >= self.scan_start
+
+    def last_stable_offset(self, log_start_offset: int, log_end_offset: int) -> int:
+        """The first offset of the earliest open transaction, not below the log start (Kafka's
+        UnifiedLog.updateFirstUnstableOffset), else the log end offset."""
+        first = next(iter(self.ongoing.values()), None)
+        return log_end_offset if first is None else min(max(first, log_start_offset), log_end_offset)
+
+
+def distrust(index: TransactionIndex, *, has_entries: bool) -> str | None:
+    """Why a segment's index must not be used (None: use it): it fails its checks (TransactionIndex.sanity_check
+    and the entry checks of every read), or it is missing though the log holds aborts in the segment."""
+    url = index.fs.url(index.path)
+    try:
+        exists = index.fs.exists(index.path)
+        if exists:
+            index.sanity_check()
+    except CorruptIndexError as e:
+        return f"not trusting transaction index {url}: {e}"
+    if not exists and has_entries:
+        return f"transaction index {url} is missing"
+    return None
