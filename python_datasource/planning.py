@@ -10,6 +10,7 @@ from storage.errors import DataLossError, KafkaLogError, OffsetOutOfRangeError, 
 from storage.log_manager import LogManager
 from storage.log_offsets import LogOffsetsCache
 from storage.topic_partition import TopicPartition
+from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 from .source_options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 
@@ -18,8 +19,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PartitionState:
+    """A partition's offsets as a reader at one isolation level sees them: `log_end` is where it may read to
+    (the log end offset, or under read_committed the last stable offset, as Kafka's ListOffsets LATEST)."""
+
     log_start: int
     log_end: int
+    stable: bool = False  # log_end is the last stable offset (read_committed)
+
+    @property
+    def end_name(self) -> str:
+        return "last stable offset" if self.stable else "log end offset"
 
 
 # Kafka's internal topics (Topic.isInternal): Spark's Kafka source reads none of them, whatever the strategy
@@ -82,19 +91,28 @@ def _existing(lm: LogManager, topics: list[str]) -> list[TopicPartition]:
 
 
 def partition_states(
-    lm: LogManager, tps: list[TopicPartition], fail_on_data_loss: bool, cache: LogOffsetsCache | None = None
+    lm: LogManager,
+    tps: list[TopicPartition],
+    fail_on_data_loss: bool,
+    cache: LogOffsetsCache | None = None,
+    *,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> dict:
-    """Log start and end offsets per partition; one gone since it was listed is data loss. A stream
-    reader passes its cache, so that partitions whose files did not change are not reopened."""
+    """Log start and end offsets per partition (the end: the last stable offset under read_committed); one gone
+    since it was listed is data loss. A stream reader passes its cache, so that partitions whose files did not
+    change are not reopened."""
+    stable = isolation_level == READ_COMMITTED
     out = {}
     for tp in tps:
         try:
             if cache is not None:
                 snap = cache.offsets(lm, tp)
-                out[tp] = PartitionState(snap.log_start_offset, snap.log_end_offset)
+                end = snap.last_stable_offset if stable else snap.log_end_offset
+                out[tp] = PartitionState(snap.log_start_offset, end, stable)
                 continue
             with lm.open_log(tp) as plog:
-                out[tp] = PartitionState(plog.log_start_offset, plog.log_end_offset)
+                end = plog.last_stable_offset if stable else plog.log_end_offset
+                out[tp] = PartitionState(plog.log_start_offset, end, stable)
         except UnknownTopicOrPartitionError as e:
             _data_loss(fail_on_data_loss, f"{tp.topic}-{tp.partition} does not exist: {e}")
     return out
@@ -107,9 +125,17 @@ def _data_loss(fail: bool, message: str) -> None:
 
 
 def resolve(
-    lm: LogManager, spec: OffsetSpec, states: dict, *, is_start: bool, strategy: str = "error", require_all: bool = True
+    lm: LogManager,
+    spec: OffsetSpec,
+    states: dict,
+    *,
+    is_start: bool,
+    strategy: str = "error",
+    require_all: bool = True,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> dict[TopicPartition, int]:
-    """Offsets for one end of the range: -2 earliest, -1 latest, or by timestamp (Kafka ListOffsets)."""
+    """Offsets for one end of the range: -2 earliest, -1 latest (the states' end), or by timestamp (Kafka
+    ListOffsets at the isolation level: under read_committed an offset at or past the LSO is not found)."""
     out = {}
     listed = {(t, p) for t, p, _ in spec.per_partition}
     if spec.kind != "timestamp" and spec.per_partition and require_all:
@@ -137,11 +163,11 @@ def resolve(
                 value = spec.default
         if by_time:
             with lm.open_log(tp) as plog:
-                found = plog.offset_for_timestamp(value)
+                found = plog.offset_for_timestamp(value, isolation_level=isolation_level)
             if found is None:
                 if is_start and strategy == "error":
                     raise KafkaLogError(
-                        f"no record at or after timestamp {value} in {tp.topic}-{tp.partition} (log end offset "
+                        f"no record at or after timestamp {value} in {tp.topic}-{tp.partition} ({st.end_name} "
                         f"{st.log_end}); set startingOffsetsByTimestampStrategy=latest to start at the end instead"
                     )
                 found = st.log_end
@@ -200,8 +226,9 @@ def ranges(
         if end > st.log_end:
             _data_loss(
                 fail_on_data_loss,
-                f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its log end "
-                f"offset {st.log_end}: offsets {st.log_end}..{end - 1} are not there",
+                f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its {st.end_name} "
+                f"{st.log_end}: offsets {st.log_end}..{end - 1} are not there"
+                + (" for a read_committed reader (a transaction there is still open)" if st.stable else ""),
             )
             end = st.log_end
         if start > end:
@@ -210,7 +237,7 @@ def ranges(
             if stream:
                 _data_loss(
                     fail_on_data_loss,
-                    f"{tp.topic}-{tp.partition}: starting offset {start} is beyond its log end offset {end}: "
+                    f"{tp.topic}-{tp.partition}: starting offset {start} is beyond its {st.end_name} {end}: "
                     "the start was set beyond the offsets the partition has, or the partition was deleted "
                     "and made anew",
                 )

@@ -15,6 +15,7 @@ from storage.log_manager import LogManager
 from storage.log_offsets import LogOffsetsCache
 from storage.metadata.meta_properties import check_directory_id, directory_id
 from storage.topic_partition import TopicPartition
+from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 from . import planning
 from .source_options import KAFKA_COLUMNS, KAFKA_FIELDS, SourceOptions, source_schema
@@ -117,8 +118,10 @@ def read_range(
     columns: tuple[str, ...],
     fail_on_data_loss: bool,
     storage_options: dict | None = None,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> Iterator[pa.RecordBatch]:
-    """Records [start, end) of one partition as Arrow batches with `columns` of Spark's Kafka schema."""
+    """Records [start, end) of one partition as Arrow batches with `columns` of Spark's Kafka schema, as a
+    consumer at `isolation_level` returns them (read_committed: no aborted data, nothing at or past the LSO)."""
     if not isinstance(part, KafkaLogInputPartition):  # Spark plans one placeholder task for an empty read
         return
     tp = TopicPartition(part.topic, part.partition)
@@ -127,7 +130,10 @@ def read_range(
         check_directory_id(lm.fs, lm.root, getattr(part, "directory_id", None))
     with lm.open_log(tp) as plog:
         start = plog.log_start_offset if getattr(part, "start_open", False) else part.start
-        end = plog.log_end_offset if getattr(part, "end_open", False) else part.end
+        if getattr(part, "end_open", False):
+            end = plog.last_stable_offset if isolation_level == READ_COMMITTED else plog.log_end_offset
+        else:
+            end = part.end
         if start < plog.log_start_offset:
             planning._data_loss(
                 fail_on_data_loss,
@@ -138,7 +144,7 @@ def read_range(
         if start >= end:
             return
         try:
-            chunks = plog.read_records(start, end)
+            chunks = plog.read_records(start, end, isolation_level=isolation_level)
             for batch in chunks:
                 yield _to_spark(batch, part, columns)
         except OffsetOutOfRangeError as e:
@@ -174,9 +180,11 @@ class KafkaLogBatchReader(DataSourceReader):
     def partitions(self):
         o = self.options
         with LogManager(o.path, o.storage_options).snapshot() as lm:  # topic and checkpoint files read once
-            states = planning.partition_states(lm, planning.topic_partitions(lm, o, batch=True), o.fail_on_data_loss)
-            starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy)
-            ends = planning.resolve(lm, o.ending, states, is_start=False)
+            tps = planning.topic_partitions(lm, o, batch=True)
+            states = planning.partition_states(lm, tps, o.fail_on_data_loss, isolation_level=o.isolation_level)
+            level = o.isolation_level
+            starts = planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy, isolation_level=level)
+            ends = planning.resolve(lm, o.ending, states, is_start=False, isolation_level=level)
             rs = planning.split(
                 lm,
                 planning.ranges(starts, ends, states, o.fail_on_data_loss),
@@ -205,7 +213,7 @@ class KafkaLogBatchReader(DataSourceReader):
 
     def read(self, partition):
         o = self.options
-        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options)
+        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options, o.isolation_level)
 
 
 def _to_json(offsets: dict) -> dict:
@@ -245,14 +253,24 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._log_manager().snapshot() as lm:
             tps = planning.topic_partitions(lm, self.options)
             self._offsets.forget(set(tps))
-            return planning.partition_states(lm, tps, self.options.fail_on_data_loss, self._offsets)
+            return planning.partition_states(
+                lm, tps, self.options.fail_on_data_loss, self._offsets, isolation_level=self.options.isolation_level
+            )
 
     def initialOffset(self) -> dict:
         o = self.options
         states = self._states()
         with self._log_manager().snapshot() as lm:
             return _to_json(
-                planning.resolve(lm, o.starting, states, is_start=True, strategy=o.strategy, require_all=True)
+                planning.resolve(
+                    lm,
+                    o.starting,
+                    states,
+                    is_start=True,
+                    strategy=o.strategy,
+                    require_all=True,
+                    isolation_level=o.isolation_level,
+                )
             )
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -317,7 +335,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         o = self.options
-        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options)
+        return read_range(o.path, partition, self.columns, o.fail_on_data_loss, o.storage_options, o.isolation_level)
 
     def commit(self, end: dict) -> None:
         pass

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from storage.errors import InvalidConfigError
 from storage.fs.storage_options import storage_options_from_spark
 from storage.log_config import InvalidOptionValueError, parse_option
+from storage.transactions.isolation import READ_UNCOMMITTED, parse_isolation_level
 
 from .options import note_unknown_options, refuse_kafka_options
 
@@ -69,6 +70,8 @@ IGNORED_SOURCE_OPTIONS = {
     "fetchoffset.numretries",
     "fetchoffset.retryintervalms",
 }
+# the one kafka.* consumer option that changes what a read returns (the others mean nothing without a broker)
+ISOLATION_LEVEL_OPTION = "kafka.isolation.level"
 # kafka.* options Spark's Kafka source refuses, with its reasons (KafkaSourceProvider.validateGeneralOptions)
 REFUSED_SOURCE_KAFKA = {
     "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
@@ -122,6 +125,7 @@ class SourceOptions:
     max_trigger_delay_ms: int
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     max_records_per_partition: int | None = None
+    isolation_level: str = READ_UNCOMMITTED  # kafka.isolation.level, as Kafka's consumer takes it
 
     @classmethod
     def parse(cls, options: dict, *, streaming: bool | None) -> SourceOptions:
@@ -226,6 +230,9 @@ class SourceOptions:
             max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
             storage_options=storage_options_from_spark(o),
             max_records_per_partition=_int(o, "maxrecordsperpartition", 1),
+            isolation_level=parse_isolation_level(
+                o.get(ISOLATION_LEVEL_OPTION, READ_UNCOMMITTED), ISOLATION_LEVEL_OPTION
+            ),
         )
 
 

@@ -1,5 +1,5 @@
-"""LogOffsetsCache: log start and end offsets of many partitions (Kafka's ListOffsets for EARLIEST and
-LATEST), for a stream reader that asks for all of them every trigger.
+"""LogOffsetsCache: log start, end and last stable offsets of many partitions (Kafka's ListOffsets for EARLIEST
+and LATEST, at either isolation level), for a stream reader that asks for all of them every trigger.
 
 A partition's offsets are computed from its files by LogManager.open_log (its listing, the last batch
 and its CRC) and reused while nothing they depend on has changed:
@@ -33,6 +33,7 @@ SETTLE_NS = 2_000_000_000
 class LogOffsetSnapshot:
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int  # LATEST under read_committed; it moves only with the log's files, as the others
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class LogOffsetsCache:
         dir = lm.partition_dir(tp)
         before = self._dir_version(fs, dir)
         with lm.open_log(tp) as log:
-            found = LogOffsetSnapshot(log.log_start_offset, log.log_end_offset)
+            found = LogOffsetSnapshot(log.log_start_offset, log.log_end_offset, log.last_stable_offset)
             active, seen_size = log.active_segment.log_path, log.active_segment.size
         if before is None or self._dir_version(fs, dir) != before:
             return found
