@@ -34,6 +34,7 @@ from storage.log_maintenance import DEFAULT_CHECK_INTERVAL_MS, run_forever, run_
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
 from storage.metadata.topic_metadata import TOPIC_FILE_SUFFIX
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_partition_dir, parse_segment_file
+from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 from .consume import consume
 from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions
@@ -180,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start at the earliest offset whose timestamp >= MS (epoch milliseconds)",
     )
     c.add_argument("--max-messages", type=_positive_int, help="stop after this many records")
+    c.add_argument(
+        "--isolation-level",
+        choices=(READ_UNCOMMITTED, READ_COMMITTED),
+        default=READ_UNCOMMITTED,
+        help="read_committed: no aborted transactional records, and nothing from the first still-open "
+        "transaction on ('latest' and --timestamp too: the last stable offset); default read_uncommitted "
+        "(kafka-console-consumer.sh's flag)",
+    )
     c.set_defaults(func=cmd_consume, parser=c)
 
     d = sub.add_parser(
@@ -526,6 +535,7 @@ def cmd_consume(args, stdin, out, err) -> int:
         timestamp=args.timestamp,
         max_messages=args.max_messages,
         ensure_ascii=_wants_ascii(out),
+        isolation_level=args.isolation_level,
     )
     return 0
 

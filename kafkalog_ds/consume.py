@@ -14,6 +14,7 @@ import pyarrow as pa
 from storage.log_manager import LogManager
 from storage.records.record_batch import TimestampType
 from storage.topic_partition import TopicPartition
+from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 from .produce import sigint_deferred
 
@@ -71,24 +72,27 @@ def consume(
     timestamp: int | None = None,
     max_messages: int | None = None,
     ensure_ascii: bool = False,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> int:
-    """Print records as JSON lines, partition by partition; returns how many were printed."""
+    """Print records as JSON lines, partition by partition; returns how many were printed. At read_committed,
+    as Kafka's consumer: no aborted records, nothing at or past the last stable offset, which is also where
+    'latest' starts (seekToEnd), and a timestamp found at or past it finds nothing."""
     meta = lm.topic(topic)
     parts = [partition] if partition is not None else list(range(meta.partitions))
     printed = 0
     for p in parts:
         with lm.open_log(TopicPartition(topic, p)) as log:
             if timestamp is not None:
-                start = log.offset_for_timestamp(timestamp)
+                start = log.offset_for_timestamp(timestamp, isolation_level=isolation_level)
                 if start is None:
                     continue
             elif offset == "earliest":
                 start = log.log_start_offset
             elif offset == "latest":
-                start = log.log_end_offset
+                start = log.last_stable_offset if isolation_level == READ_COMMITTED else log.log_end_offset
             else:
                 start = int(offset)
-            for batch in log.read_records(start):
+            for batch in log.read_records(start, isolation_level=isolation_level):
                 if max_messages is not None and batch.num_rows > max_messages - printed:
                     batch = batch.slice(0, max_messages - printed)
                 for part in output_slices(batch):
