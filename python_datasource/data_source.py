@@ -22,7 +22,11 @@ class KafkaLogDataSource(DataSource):
     topic config). Reading takes Spark's Kafka source options (subscribe / subscribePattern / assign,
     startingOffsets, endingOffsets, by timestamp, failOnDataLoss, minPartitions, maxRecordsPerPartition,
     includeHeaders, maxOffsetsPerTrigger, ...) and gives its schema; a user-specified schema selects
-    columns of it. The user guide is docs/spark.md; all log logic is in storage/.
+    columns of it. kafka.isolation.level is read_uncommitted (the default: every data record) or
+    read_committed (as Kafka's consumer: aborted transactions dropped, and every "latest" - endingOffsets,
+    a stream's latest offsets, a timestamp lookup - is the last stable offset, so nothing of a transaction
+    still open is read; an explicit endingOffsets past it is data loss). The user guide is docs/spark.md;
+    all log logic is in storage/.
     """
 
     @classmethod
