@@ -228,7 +228,11 @@ def ranges(
                 fail_on_data_loss,
                 f"ending offset {end} of {tp.topic}-{tp.partition} is beyond its {st.end_name} "
                 f"{st.log_end}: offsets {st.log_end}..{end - 1} are not there"
-                + (" for a read_committed reader (a transaction there is still open)" if st.stable else ""),
+                + (
+                    " for a read_committed reader (past the log end, or behind a transaction still open)"
+                    if st.stable
+                    else ""
+                ),
             )
             end = st.log_end
         if start > end:
