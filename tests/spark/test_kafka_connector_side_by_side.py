@@ -36,6 +36,7 @@ import pytest
 
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
+from tests.helpers import open_transaction as OT
 from tools.realkafka.broker import b64
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -1319,3 +1320,88 @@ def test_the_sinks_column_and_option_rules(sides, case):
     assert (kafka.stage, kafkalog.stage) == (k_stage, l_stage), (kafka.gist(), kafkalog.gist())
     assert re.search(k_words, kafka.text, re.S), kafka.gist()
     assert re.search(l_words, kafkalog.text, re.S), kafkalog.gist()
+
+
+# ---------------------------------------------------------------------------------------------- read_committed
+
+TXN = P + "txn"  # committed, aborted and one open transaction (tests/helpers/open_transaction.py)
+RC = {"kafka.isolation.level": "read_committed"}
+
+
+@pytest.fixture(scope="module")
+def txn_sides(kafka_broker_session, spark_session, tmp_path_factory):
+    """The broker's own log dir as kafkalog's ROOT (read live, as tests/storage/test_kafka_broker_logs.py does),
+    holding TXN as Kafka's transactional producers left it: both formats read the very same partitions. (Not the
+    `sides` setup: these cases need none of its topics.)"""
+    broker = kafka_broker_session.ensure_running()
+    t0 = OT.produce(broker, TXN, "sbs")
+    return Sides(spark_session, broker, str(broker.log_dir), tmp_path_factory.mktemp("side-by-side-txn")), t0
+
+
+def txn_batch_cases(t0: int) -> dict:
+    inside = str(OT.open_ts(t0))
+    return {
+        "read_uncommitted (the default)": {"subscribe": TXN},
+        "read_committed": {"subscribe": TXN, **RC},
+        "read_committed, startingTimestamp before everything": {"subscribe": TXN, "startingTimestamp": str(t0), **RC},
+        "read_committed, startingTimestamp inside the open transaction, strategy latest": {
+            "subscribe": TXN,
+            "startingTimestamp": inside,
+            "startingOffsetsByTimestampStrategy": "latest",
+            **RC,
+        },
+        "read_committed, endingOffsets past the LSO, failOnDataLoss=false": {
+            "subscribe": TXN,
+            "endingOffsets": json.dumps({TXN: {"0": 14, "1": -1}}),
+            "failOnDataLoss": "false",
+            **PAST_END,
+            **RC,
+        },
+    }
+
+
+def _values(rows) -> list[str]:
+    return [r[1].decode() for r in rows]
+
+
+@pytest.mark.parametrize("case", list(txn_batch_cases(0)))
+def test_read_committed_batch_reads_give_the_same_rows(txn_sides, case):
+    """A partition behind an open transaction (partition 0: committed, aborted, committed, OPEN, then producer B's
+    committed records past it) and one whose LSO is its log end (partition 1): the same rows with both formats."""
+    sides, t0 = txn_sides
+    opts = txn_batch_cases(t0)[case]
+    out = {fmt: sides.read(fmt, opts) for fmt in ("kafka", "kafkalog")}
+    assert out["kafka"].error is None and out["kafkalog"].error is None, (out["kafka"].gist(), out["kafkalog"].gist())
+    kafka, kafkalog = (
+        by_case(tagged_rows(out[fmt].rows, case))[case] if out[fmt].rows else [] for fmt in ("kafka", "kafkalog")
+    )
+    REPORT.append(("read_committed", case, f"{len(kafka)} rows", "same rows" if kafkalog == kafka else "DIFFERENT"))
+    assert kafkalog == kafka, "kafkalog read other rows than the connector"
+    values = _values(kafka)
+    if case.startswith("read_committed"):  # the case reaches what it is about
+        assert not [v for v in values if "-abort-" in v or "-leaveOpen-" in v], values
+        assert not [r for r in kafka if r[3] == 0 and r[4] > 9], "partition 0 read past its LSO (10)"
+    else:
+        assert len([v for v in values if "-abort-" in v]) == 4 and len([v for v in values if "-leaveOpen-" in v]) == 2
+    if case == "read_committed":
+        assert len(kafka) == 9 and [r[4] for r in kafka if r[3] == 1] == [0, 1, 6, 7]
+
+
+def test_read_committed_stream_gives_the_same_rows(txn_sides):
+    """readStream from earliest with Trigger.AvailableNow: each micro-batch ends at the LSO, with both formats."""
+    sides, _ = txn_sides
+    got = {}
+    for fmt in ("kafka", "kafkalog"):
+        out, _ = sides.stream(fmt, {"subscribe": TXN, "startingOffsets": "earliest", **RC})
+        assert out.error is None, out.gist()
+        got[fmt] = by_case(tagged_rows(out.rows, "stream")).get("stream", [])
+    REPORT.append(
+        (
+            "read_committed",
+            "stream, AvailableNow",
+            f"{len(got['kafka'])} rows",
+            "same rows" if got["kafkalog"] == got["kafka"] else "DIFFERENT",
+        )
+    )
+    assert got["kafkalog"] == got["kafka"], "kafkalog's stream read other rows than the connector's"
+    assert len(got["kafka"]) == 9 and not [v for v in _values(got["kafka"]) if "-abort-" in v or "-leaveOpen-" in v]
