@@ -1,8 +1,13 @@
-"""Kafka's transactions on disk: the formats a transactional producer's partitions hold.
+"""Kafka's transactions on disk: the formats a transactional producer's partitions hold, and how a reader
+applies them.
 
 control_records.py: control record keys (ControlRecordType) and the COMMIT/ABORT marker
 (EndTransactionMarker), and the one-record control batch a coordinator writes;
 transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn);
 producer_snapshot.py: the producer state snapshot `<20-digit offset>.snapshot` (Kafka's
-ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing.
+ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing;
+transaction_state.py: the transactions open in a partition, its last stable offset and the aborted
+transactions its markers complete (the transaction half of Kafka's ProducerStateManager), rebuilt from
+the latest snapshot plus a header scan;
+isolation.py: the isolation levels (read_uncommitted, read_committed) and their option parsing.
 """
