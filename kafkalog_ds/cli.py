@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-message-size",
         type=_positive_int,
         default=DEFAULT_MAX_MESSAGE_SIZE,
-        help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})",
+        help=f"largest batch read, and largest a batch's records may decompress to, in bytes (default "
+        f"{DEFAULT_MAX_MESSAGE_SIZE})",
     )
     d.add_argument(
         "--max-bytes", type=_positive_int, default=NO_MAX_BYTES, help="read at most this many bytes of each .log file"
