@@ -34,7 +34,7 @@ class KafkaLogDataSource(DataSource):
         stream read share are checked here, where Spark reports an error as it is."""
         options = dict(self.options)
         if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in options):
-            SourceOptions.parse(options, streaming=None)
+            SourceOptions.parse(options, streaming=None, warn=False)  # reader() warns, in its own process
         include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
         return source_schema(include == "true")
 

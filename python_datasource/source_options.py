@@ -124,17 +124,20 @@ class SourceOptions:
     max_records_per_partition: int | None = None
 
     @classmethod
-    def parse(cls, options: dict, *, streaming: bool | None) -> SourceOptions:
+    def parse(cls, options: dict, *, streaming: bool | None, warn: bool = True) -> SourceOptions:
         """Check and parse reader options as Spark's Kafka source does. streaming=None: only what a
-        batch and a stream read share (DataSource.schema() does not know which it serves)."""
+        batch and a stream read share (DataSource.schema() does not know which it serves). warn=False:
+        no warnings about ignored or misspelled options (schema() checks what reader() checks again,
+        in another Python process: only reader() warns, so a read warns once)."""
         o = {k.lower(): v for k, v in options.items()}
         refuse_kafka_options(o, REFUSED_SOURCE_KAFKA)
-        if "kafka.group.id" in o:
+        if "kafka.group.id" in o and warn:
             log.warning(
                 "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
                 "warns that setting it is unsafe)"
             )
-        note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
+        if warn:
+            note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
         if not o.get("path"):
             raise InvalidConfigError(
                 "option 'path' is required: the kafkalog root directory, "
@@ -183,7 +186,7 @@ class SourceOptions:
                     "ending timestamp not valid in streaming queries (option "
                     "'endingOffsetsByTimestamp' is for batch reads)"
                 )
-            if "endingtimestamp" in o:
+            if "endingtimestamp" in o and warn:
                 log.warning(
                     "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it"
                 )
@@ -192,7 +195,7 @@ class SourceOptions:
             ending = _range_limit(
                 o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST, ending=True, streaming=False
             )
-            if streaming is False:
+            if streaming is False and warn:
                 for k in STREAM_ONLY:
                     if k in o:
                         log.warning("%s option ignored in batch queries", SPARK_NAMES[k])
@@ -291,6 +294,12 @@ def _per_partition(o: dict, key: str) -> tuple:
     return tuple(out)
 
 
+def _offset_forms(*, ending: bool, streaming: bool | None) -> str:
+    """The values startingOffsets / endingOffsets take here, for messages."""
+    words = "'latest'" if ending else ("'earliest'" if streaming is False else "'earliest' or 'latest'")
+    return f'{words}, or a JSON object of offsets per partition like {{"topicA":{{"0":23,"1":-1}}}}'
+
+
 def _range_limit(
     o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool, streaming: bool | None
 ) -> OffsetSpec:
@@ -319,7 +328,14 @@ def _range_limit(
         if not ending and streaming is False and v == LATEST:
             raise InvalidConfigError(f"option '{name}': 'latest' is not allowed for a batch query's start")
         return OffsetSpec("offsets", (), v)
-    spec = _per_partition(o, offsets)
+    if not text.startswith("{"):
+        raise InvalidConfigError(
+            f"option '{name}' is {text!r}: expected {_offset_forms(ending=ending, streaming=streaming)}"
+        )
+    try:
+        spec = _per_partition(o, offsets)
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"{e} (expected {_offset_forms(ending=ending, streaming=streaming)})") from None
     for t, p, v in spec:
         if v < EARLIEST or (ending and v == EARLIEST) or (not ending and streaming is False and v == LATEST):
             raise InvalidConfigError(
