@@ -50,7 +50,7 @@ class KafkaLogDataSource(DataSource):
         from .reader import FailedStreamReader, KafkaLogStreamReader, selected_columns
 
         try:
-            opts = SourceOptions.parse(dict(self.options), streaming=True)
+            opts = SourceOptions.parse(dict(self.options), streaming=True, warn=False)  # the reader logs them
             if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
                 from . import reader
 

@@ -122,22 +122,33 @@ class SourceOptions:
     max_trigger_delay_ms: int
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     max_records_per_partition: int | None = None
+    # (level, message) about options ignored or misspelled: logged once per read by log_notes()
+    notes: tuple[tuple[int, str], ...] = ()
+
+    def log_notes(self) -> None:
+        """Log the notes about ignored or misspelled options (parse(warn=True) does it at once)."""
+        for level, message in self.notes:
+            log.log(level, message)
 
     @classmethod
     def parse(cls, options: dict, *, streaming: bool | None, warn: bool = True) -> SourceOptions:
         """Check and parse reader options as Spark's Kafka source does. streaming=None: only what a
         batch and a stream read share (DataSource.schema() does not know which it serves). warn=False:
-        no warnings about ignored or misspelled options (schema() checks what reader() checks again,
-        in another Python process: only reader() warns, so a read warns once)."""
+        the warnings about ignored or misspelled options are kept in `notes`, not logged: Spark parses
+        a read's options in several Python processes (schema(), then reader(), or for a stream
+        streamReader() in the planner and again in the stream runner); one of them logs them."""
         o = {k.lower(): v for k, v in options.items()}
+        notes: list[tuple[int, str]] = []
         refuse_kafka_options(o, REFUSED_SOURCE_KAFKA)
-        if "kafka.group.id" in o and warn:
-            log.warning(
-                "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
-                "warns that setting it is unsafe)"
+        if "kafka.group.id" in o:
+            notes.append(
+                (
+                    logging.WARNING,
+                    "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
+                    "warns that setting it is unsafe)",
+                )
             )
-        if warn:
-            note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
+        note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS, notes=notes)
         if not o.get("path"):
             raise InvalidConfigError(
                 "option 'path' is required: the kafkalog root directory, "
@@ -186,19 +197,22 @@ class SourceOptions:
                     "ending timestamp not valid in streaming queries (option "
                     "'endingOffsetsByTimestamp' is for batch reads)"
                 )
-            if "endingtimestamp" in o and warn:
-                log.warning(
-                    "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it"
+            if "endingtimestamp" in o:
+                notes.append(
+                    (
+                        logging.WARNING,
+                        "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it",
+                    )
                 )
             ending = OffsetSpec("offsets", (), LATEST)
         else:
             ending = _range_limit(
                 o, "endingtimestamp", "endingoffsetsbytimestamp", "endingoffsets", LATEST, ending=True, streaming=False
             )
-            if streaming is False and warn:
+            if streaming is False:
                 for k in STREAM_ONLY:
                     if k in o:
-                        log.warning("%s option ignored in batch queries", SPARK_NAMES[k])
+                        notes.append((logging.WARNING, f"{SPARK_NAMES[k]} option ignored in batch queries"))
         max_per_trigger = _int(o, "maxoffsetspertrigger", 1)
         min_per_trigger = _int(o, "minoffsetspertrigger", 1)
         if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
@@ -213,7 +227,7 @@ class SourceOptions:
             choices=("error", "latest"),
             ignore_case=True,
         )
-        return cls(
+        parsed = cls(
             path=o["path"],
             subscribe=subscribe,
             pattern=pattern,
@@ -229,7 +243,11 @@ class SourceOptions:
             max_trigger_delay_ms=_duration_ms(o.get("maxtriggerdelay", "15m")),
             storage_options=storage_options_from_spark(o),
             max_records_per_partition=_int(o, "maxrecordsperpartition", 1),
+            notes=tuple(notes),
         )
+        if warn:
+            parsed.log_notes()
+        return parsed
 
 
 def _bool(o: dict, key: str, default: bool) -> bool:

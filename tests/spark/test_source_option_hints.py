@@ -1,9 +1,11 @@
 """Reader option messages, without a SparkSession: a bad startingOffsets / endingOffsets word names the
 accepted forms, and a read warns about a misspelled option once.
 
-Spark plans a read in two Python processes: pyspark's create_data_source.py calls DataSource.schema()
-(unless the user gave a schema), then plan_data_source_read.py calls reader() or streamReader(). Both
-parse the options; only the second warns. The tests call them in that order, as Spark does.
+Spark parses a read's options in several Python processes (seen with pyspark 4.3): create_data_source.py
+calls DataSource.schema() (unless the user gave a schema), then plan_data_source_read.py calls reader()
+or streamReader(); a stream's python_streaming_source_runner.py calls streamReader() again and asks that
+reader for offsets. Only reader(), or the stream reader asked for offsets, warns. The tests make these
+calls in that order, as Spark does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from python_datasource.data_source import KafkaLogDataSource
 from python_datasource.reader import kafka_struct
 from python_datasource.source_options import SourceOptions
 from storage.errors import InvalidConfigError
+from storage.log_manager import LogManager
 
 FORM = 'a JSON object of offsets per partition like {"topicA":{"0":23,"1":-1}}'
 
@@ -59,17 +62,32 @@ def _did_you_mean(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "did you mean" in r.getMessage()]
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_a_misspelled_option_warns_once_per_read(caplog, streaming):
+MISSPELLED = (
+    "option 'startingoffset' is not an option of format('kafkalog') source and is ignored; "
+    "did you mean startingOffsets?"
+)
+
+
+def test_a_misspelled_option_warns_once_per_batch_read(caplog):
     ds = KafkaLogDataSource(options=source(startingOffset="earliest"))
     with caplog.at_level(logging.WARNING):
         ds.schema()  # pyspark's create_data_source.py; Spark passes its StructType on to planning:
-        schema = kafka_struct()
-        ds.streamReader(schema) if streaming else ds.reader(schema)  # plan_data_source_read.py
-    assert _did_you_mean(caplog) == [
-        "option 'startingoffset' is not an option of format('kafkalog') source and is ignored; "
-        "did you mean startingOffsets?"
-    ]
+        ds.reader(kafka_struct())  # plan_data_source_read.py
+    assert _did_you_mean(caplog) == [MISSPELLED]
+
+
+def test_a_misspelled_option_warns_once_per_stream(caplog, tmp_path):
+    LogManager(str(tmp_path)).create_topic("t", 1)
+    ds = KafkaLogDataSource(options={**source(startingOffset="earliest"), "path": str(tmp_path)})
+    with caplog.at_level(logging.WARNING):
+        ds.schema()  # create_data_source.py
+        ds.streamReader(kafka_struct())  # plan_data_source_read.py: kept for its read(), asked no offsets
+        runner = ds.streamReader(kafka_struct())  # python_streaming_source_runner.py: asked for offsets
+        assert _did_you_mean(caplog) == []
+        runner.initialOffset()
+        runner.latestOffset()
+        runner.latestOffset()
+    assert _did_you_mean(caplog) == [MISSPELLED]
 
 
 def test_schema_alone_checks_options_without_warning(caplog):
