@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
+import importlib.metadata
 import json
 import logging
 import os
@@ -81,10 +83,19 @@ ROOT_HELP = (
 )
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject's), as --version prints it."""
+    try:
+        return importlib.metadata.version("kafkalog-ds")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (kafkalog-ds is not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafkalog", description="Kafka's tools for a Kafka-format log dir, no broker."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser(
@@ -216,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-message-size",
         type=_positive_int,
         default=DEFAULT_MAX_MESSAGE_SIZE,
-        help=f"largest batch read, in bytes (default {DEFAULT_MAX_MESSAGE_SIZE})",
+        help=f"largest batch read, and largest a batch's records may decompress to, in bytes (default "
+        f"{DEFAULT_MAX_MESSAGE_SIZE})",
     )
     d.add_argument(
         "--max-bytes", type=_positive_int, default=NO_MAX_BYTES, help="read at most this many bytes of each .log file"
@@ -682,6 +694,24 @@ def cmd_export_to_broker(args, stdin, out, err) -> int:
 # ---------------------------------------------------------------- entry point
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """parse_args, but an unknown argument is reported by the subcommand it was given to, with its usage
+    and a did-you-mean over that subcommand's option strings (argparse alone sends it to the top-level
+    parser, whose usage says nothing about the subcommand's options)."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        owner = getattr(args, "parser", parser)
+        options = [o for a in owner._actions for o in a.option_strings]
+        hints = []
+        for arg in extras:
+            if arg.startswith("-"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], options, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+        owner.error(f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else ""))
+    return args
+
+
 def _silence(out) -> None:
     """Point stdout at /dev/null, so that the flush at exit does not fail again on a pipe nobody reads."""
     try:
@@ -703,7 +733,7 @@ def main(argv: list[str] | None = None, *, stdin: BinaryIO | TextIO | None = Non
     if stdin is None:
         stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
     try:
-        args = build_parser().parse_args(argv)
+        args = parse_args(build_parser(), argv)
         return args.func(args, stdin, out, err) or 0
     except SystemExit as e:  # argparse: --help (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

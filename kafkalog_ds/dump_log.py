@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage.common.constants import INT32_MAX
-from storage.errors import DumpError, KafkaLogError
+from storage.errors import DumpError, KafkaLogError, RecordTooLargeError
 from storage.file_records import FIRST_CHUNK_BYTES, BatchChunk, select_batches
 from storage.fs.filesystem import LogFileSystem
 from storage.records.decoder import decode_batches
@@ -39,7 +39,6 @@ from storage.records.record_batch import (
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # Kafka's --max-message-size default
 NO_MAX_BYTES = INT32_MAX  # Kafka's --max-bytes default (Integer.MAX_VALUE): no limit
-DECOMPRESS_LIMIT = 256 * 1024 * 1024  # bound on one batch's decompressed records (hostile input)
 MAX_CHUNK_BYTES = 2 * 1024 * 1024
 RECORD_INDENT = "|"
 CONTROL_TYPES = {
@@ -185,7 +184,8 @@ class SegmentReader:
             max_ts = np.full(len(scan), -1, np.int64)
             if want_last_offsets is not None:
                 sel = np.flatnonzero(np.isin(last, want_last_offsets))
-                for i, got in zip(sel.tolist(), _records_of(arr, scan, base, source, sel), strict=False):
+                got_all = _records_of(arr, scan, base, source, sel, self.max_batch_size)
+                for i, got in zip(sel.tolist(), got_all, strict=False):
                     if isinstance(got, Exception):
                         errors[base + int(scan.positions[i])] = one_line(got)
                     elif got.num_rows:
@@ -196,12 +196,12 @@ class SegmentReader:
         return out
 
 
-def _records_of(arr: np.ndarray, scan: BatchScan, base: int, source: str, sel: np.ndarray) -> Iterator:
+def _records_of(arr: np.ndarray, scan: BatchScan, base: int, source: str, sel: np.ndarray, max_bytes: int) -> Iterator:
     """Decoded records of the selected batches of a chunk, or their errors, one batch at a time."""
     if not sel.size:
         return iter(())
     sub = BatchScan(scan.positions[sel], scan.headers[sel], scan.end, 0)
-    return decode_per_batch(arr, sub, base, source)
+    return decode_per_batch(arr, sub, base, source, max_bytes)
 
 
 def batch_validity(arr: np.ndarray, scan: BatchScan) -> np.ndarray:
@@ -218,9 +218,10 @@ def batch_validity(arr: np.ndarray, scan: BatchScan) -> np.ndarray:
     return out
 
 
-def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str) -> Iterator:
+def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str, max_bytes: int) -> Iterator:
     """Records of each batch as an Arrow batch, or the error that stopped its decoding (CRC not checked),
-    one batch at a time: memory stays at one batch's records (at most DECOMPRESS_LIMIT decompressed)."""
+    one batch at a time. A batch's records decompress to at most max_bytes (--max-message-size), as the
+    readers bound them by max.message.bytes: a batch beyond it is reported, never inflated whole."""
     chunk = BatchChunk(arr, scan, base, source)
     for i in range(len(scan)):  # per batch: the output is per record anyway
         part = select_batches(chunk, i, i + 1)
@@ -230,10 +231,13 @@ def decode_per_batch(arr: np.ndarray, scan: BatchScan, base: int, source: str) -
                 scan=part.scan,
                 verify_crc=False,
                 skip_control=False,
-                max_message_bytes=DECOMPRESS_LIMIT,
+                max_message_bytes=max_bytes,
                 source=source,
                 base_position=part.base_position,
             )
+        except RecordTooLargeError as e:
+            limit = str(e).replace("(max.message.bytes)", "(--max-message-size)")  # dump-log's name for it
+            yield RecordTooLargeError(f"{limit}; raise --max-message-size to read it")
         except KafkaLogError as e:
             yield e
 
@@ -419,7 +423,7 @@ def _dump_batches(
     if not opts.deep:
         out.write("\n".join(lines) + "\n")
         return
-    decoded = decode_per_batch(arr, scan, base, source)
+    decoded = decode_per_batch(arr, scan, base, source, opts.max_message_size)
     for i, line in enumerate(lines):  # per batch
         text = [line]
         records = next(decoded)

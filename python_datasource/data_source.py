@@ -38,7 +38,7 @@ class KafkaLogDataSource(DataSource):
         stream read share are checked here, where Spark reports an error as it is."""
         options = dict(self.options)
         if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in options):
-            SourceOptions.parse(options, streaming=None)
+            SourceOptions.parse(options, streaming=None, warn=False)  # reader() warns, in its own process
         include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
         return source_schema(include == "true")
 
@@ -54,7 +54,7 @@ class KafkaLogDataSource(DataSource):
         from .reader import FailedStreamReader, KafkaLogStreamReader, selected_columns
 
         try:
-            opts = SourceOptions.parse(dict(self.options), streaming=True)
+            opts = SourceOptions.parse(dict(self.options), streaming=True, warn=False)  # the reader logs them
             if opts.max_offsets_per_trigger is not None or opts.min_offsets_per_trigger is not None:
                 from . import reader
 

@@ -38,27 +38,38 @@ def refuse_kafka_options(opts: dict, refused: dict) -> None:
             raise InvalidConfigError(reason)
 
 
-def note_unknown_options(opts: dict, known: dict, where: str, *, ignored: Iterable[str] = ()) -> list[str]:
+def note_unknown_options(
+    opts: dict, known: dict, where: str, *, ignored: Iterable[str] = (), notes: list | None = None
+) -> list[str]:
     """Options Spark's Kafka connector would accept and ignore are ignored here too; one that looks like
     a misspelling of one of ours gets a warning naming ours as documented (e.g. startingOffsets).
-    `known`: lowercase name -> documented spelling. Returns the unknown names."""
+    `known`: lowercase name -> documented spelling. The messages are logged, or with `notes` appended
+    to it as (level, message) for the caller to log once. Returns the unknown names."""
     unknown = [k for k in opts if k not in known and k not in ignored and not k.startswith(("kafka.", "fs.", "spark."))]
+    found: list[tuple[int, str]] = []
     for key in sorted(unknown):
         close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
         if close:
-            log.warning(
-                "option '%s' is not an option of format('kafkalog') %s and is ignored; did you mean %s?",
-                key,
-                where,
-                known[close[0]],
+            found.append(
+                (
+                    logging.WARNING,
+                    f"option '{key}' is not an option of format('kafkalog') {where} and is ignored; "
+                    f"did you mean {known[close[0]]}?",
+                )
             )
         else:
-            log.info(
-                "option '%s' is ignored by format('kafkalog') %s (as Spark's Kafka connector ignores "
-                "options it does not know)",
-                key,
-                where,
+            found.append(
+                (
+                    logging.INFO,
+                    f"option '{key}' is ignored by format('kafkalog') {where} (as Spark's Kafka connector "
+                    f"ignores options it does not know)",
+                )
             )
+    if notes is None:
+        for level, message in found:
+            log.log(level, message)
+    else:
+        notes.extend(found)
     return unknown
 
 

@@ -238,6 +238,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._lm: LogManager | None = None
         self._offsets = LogOffsetsCache()  # partitions whose files did not change are not reopened
         self._planned: dict | None = None  # latestOffset's states, reused by the partitions() call after it
+        self._notes_logged = False  # the options' warnings: logged by the stream runner's copy, once
 
     def __getstate__(self):  # tasks get a copy for read(): the driver-side caches stay behind
         state = dict(self.__dict__)
@@ -250,6 +251,9 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._lm
 
     def _states(self) -> dict:
+        if not self._notes_logged:  # only Spark's stream runner asks for offsets (the planner's copy does not)
+            self._notes_logged = True
+            self.options.log_notes()
         with self._log_manager().snapshot() as lm:
             tps = planning.topic_partitions(lm, self.options)
             self._offsets.forget(set(tps))

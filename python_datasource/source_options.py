@@ -126,19 +126,33 @@ class SourceOptions:
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     max_records_per_partition: int | None = None
     isolation_level: str = READ_UNCOMMITTED  # kafka.isolation.level, as Kafka's consumer takes it
+    # (level, message) about options ignored or misspelled: logged once per read by log_notes()
+    notes: tuple[tuple[int, str], ...] = ()
+
+    def log_notes(self) -> None:
+        """Log the notes about ignored or misspelled options (parse(warn=True) does it at once)."""
+        for level, message in self.notes:
+            log.log(level, message)
 
     @classmethod
-    def parse(cls, options: dict, *, streaming: bool | None) -> SourceOptions:
+    def parse(cls, options: dict, *, streaming: bool | None, warn: bool = True) -> SourceOptions:
         """Check and parse reader options as Spark's Kafka source does. streaming=None: only what a
-        batch and a stream read share (DataSource.schema() does not know which it serves)."""
+        batch and a stream read share (DataSource.schema() does not know which it serves). warn=False:
+        the warnings about ignored or misspelled options are kept in `notes`, not logged: Spark parses
+        a read's options in several Python processes (schema(), then reader(), or for a stream
+        streamReader() in the planner and again in the stream runner); one of them logs them."""
         o = {k.lower(): v for k, v in options.items()}
+        notes: list[tuple[int, str]] = []
         refuse_kafka_options(o, REFUSED_SOURCE_KAFKA)
         if "kafka.group.id" in o:
-            log.warning(
-                "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
-                "warns that setting it is unsafe)"
+            notes.append(
+                (
+                    logging.WARNING,
+                    "option 'kafka.group.id' is ignored: kafkalog has no consumer groups (Spark's Kafka source "
+                    "warns that setting it is unsafe)",
+                )
             )
-        note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS)
+        note_unknown_options(o, SPARK_NAMES, "source", ignored=IGNORED_SOURCE_OPTIONS, notes=notes)
         if not o.get("path"):
             raise InvalidConfigError(
                 "option 'path' is required: the kafkalog root directory, "
@@ -188,8 +202,11 @@ class SourceOptions:
                     "'endingOffsetsByTimestamp' is for batch reads)"
                 )
             if "endingtimestamp" in o:
-                log.warning(
-                    "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it"
+                notes.append(
+                    (
+                        logging.WARNING,
+                        "option 'endingTimestamp' is ignored by streaming queries, as Spark's Kafka source ignores it",
+                    )
                 )
             ending = OffsetSpec("offsets", (), LATEST)
         else:
@@ -199,7 +216,7 @@ class SourceOptions:
             if streaming is False:
                 for k in STREAM_ONLY:
                     if k in o:
-                        log.warning("%s option ignored in batch queries", SPARK_NAMES[k])
+                        notes.append((logging.WARNING, f"{SPARK_NAMES[k]} option ignored in batch queries"))
         max_per_trigger = _int(o, "maxoffsetspertrigger", 1)
         min_per_trigger = _int(o, "minoffsetspertrigger", 1)
         if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
@@ -214,7 +231,7 @@ class SourceOptions:
             choices=("error", "latest"),
             ignore_case=True,
         )
-        return cls(
+        parsed = cls(
             path=o["path"],
             subscribe=subscribe,
             pattern=pattern,
@@ -233,7 +250,11 @@ class SourceOptions:
             isolation_level=parse_isolation_level(
                 o.get(ISOLATION_LEVEL_OPTION, READ_UNCOMMITTED), ISOLATION_LEVEL_OPTION
             ),
+            notes=tuple(notes),
         )
+        if warn:
+            parsed.log_notes()
+        return parsed
 
 
 def _bool(o: dict, key: str, default: bool) -> bool:
@@ -298,6 +319,12 @@ def _per_partition(o: dict, key: str) -> tuple:
     return tuple(out)
 
 
+def _offset_forms(*, ending: bool, streaming: bool | None) -> str:
+    """The values startingOffsets / endingOffsets take here, for messages."""
+    words = "'latest'" if ending else ("'earliest'" if streaming is False else "'earliest' or 'latest'")
+    return f'{words}, or a JSON object of offsets per partition like {{"topicA":{{"0":23,"1":-1}}}}'
+
+
 def _range_limit(
     o: dict, global_ts: str, by_ts: str, offsets: str, default: int, *, ending: bool, streaming: bool | None
 ) -> OffsetSpec:
@@ -326,7 +353,14 @@ def _range_limit(
         if not ending and streaming is False and v == LATEST:
             raise InvalidConfigError(f"option '{name}': 'latest' is not allowed for a batch query's start")
         return OffsetSpec("offsets", (), v)
-    spec = _per_partition(o, offsets)
+    if not text.startswith("{"):
+        raise InvalidConfigError(
+            f"option '{name}' is {text!r}: expected {_offset_forms(ending=ending, streaming=streaming)}"
+        )
+    try:
+        spec = _per_partition(o, offsets)
+    except InvalidConfigError as e:
+        raise InvalidConfigError(f"{e} (expected {_offset_forms(ending=ending, streaming=streaming)})") from None
     for t, p, v in spec:
         if v < EARLIEST or (ending and v == EARLIEST) or (not ending and streaming is False and v == LATEST):
             raise InvalidConfigError(

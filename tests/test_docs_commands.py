@@ -6,7 +6,8 @@ directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR
 - README.md, section "The `kafkalog` command": its one block (topics, produce, consume, dump-log,
   describe, maintain on ./logs);
 - docs/cli.md: the quick tour and the examples of topics, produce, consume, dump-log, delete-records
-  and describe.
+  and describe;
+- docs/maintenance.md: its ```python blocks, each run by python as a fresh script in a fresh directory.
 
 Skipped: README's install/demo block and its test-suite block (Spark, pip, the whole suite), and
 docs/cli.md's maintain block (a synopsis on a placeholder ROOT, with a loop that never ends and a
@@ -30,6 +31,10 @@ FAIL_MARK = '|| echo "exit code $?"'
 
 def bash_blocks(text: str) -> list[str]:
     return re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
 
 
 def section(text: str, heading: str) -> str:
@@ -107,3 +112,22 @@ def test_cli_doc_commands_work_pasted_in_order(shell, name):
     work, bin_dir = shell
     block = cli_doc_blocks()[name]
     check(block, run_block(block, work, bin_dir), f"docs/cli.md {name}")
+
+
+def test_maintenance_doc_python_snippets_run_as_pasted(tmp_path):
+    with open(os.path.join(REPO, "docs", "maintenance.md")) as f:
+        blocks = python_blocks(f.read())
+    assert blocks, "docs/maintenance.md has no python block"
+    for i, block in enumerate(blocks):
+        work = tmp_path / f"block{i}"
+        work.mkdir()
+        env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(work)}
+        env.pop("PYTHONSTARTUP", None)
+        p = subprocess.run(
+            [sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (
+            f"docs/maintenance.md python block {i}: exit {p.returncode}\n{block}\nstderr:\n{p.stderr[-3000:]}"
+        )
+        if "run_once(" in block:  # the pass ran over the topic it names
+            assert p.stdout.startswith("changelog-0: ok;"), p.stdout

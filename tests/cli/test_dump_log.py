@@ -505,6 +505,36 @@ def test_files_option_unknown_files_and_missing_files(capsys, tmp_path, root):
     assert run(capsys, "dump-log")[0] == 2
 
 
+def test_directory_is_an_error_naming_its_segment_files(capsys, root):
+    produce(capsys, root, "t", [{"key": "a", "value": "b"}])
+    part = os.path.join(root, "t-0")
+    rc, out, err = run(capsys, "dump-log", part)
+    assert rc == 1 and out == f"Dumping {part}\n"
+    assert "Ignoring" not in err
+    assert err == (
+        f"kafkalog: error: {part} is a directory, not a file: dump-log takes files, as Kafka's tool does; "
+        f"its 1 segment(s): kafkalog dump-log {part}/{SEG}.log\n"
+    )
+    rc, _, err = run(capsys, "dump-log", root)  # the log dir: no segment files in it
+    assert rc == 1 and "is a directory, not a file" in err
+
+
+def test_mistyped_or_missing_file_names_are_errors(capsys, root, tmp_path):
+    produce(capsys, root, "t", [{"key": "a", "value": "b"}])
+    missing = os.path.join(root, "t-0", f"{SEG}.lgo")
+    rc, _, err = run(capsys, "dump-log", missing)
+    assert rc == 1 and err == f"kafkalog: error: {missing} does not exist\n"
+    typo = tmp_path / f"{SEG}.lgo"
+    typo.write_bytes(b"x")
+    rc, out, err = run(capsys, "dump-log", str(typo))  # Kafka ignores it; nothing dumped is an error
+    assert rc == 1 and out == f"Dumping {typo}\n"
+    assert err.splitlines() == [
+        f"Ignoring unknown file {typo}",
+        "kafkalog: error: nothing dumped: dump-log reads .log, .index, .timeindex, .txnindex, .snapshot files "
+        "(Kafka's suffixes); 1 file(s) ignored",
+    ]
+
+
 def test_dump_through_memory_filesystem(capsys):
     root = f"memory://dump-{uuid.uuid4().hex}"
     produce(capsys, root, "m", [{"key": "DemoKey", "value": "DemoValue", "timestamp": 1599887411245}])
