@@ -505,18 +505,19 @@ def test_files_option_unknown_files_and_missing_files(capsys, tmp_path, root):
     assert run(capsys, "dump-log")[0] == 2
 
 
-def test_directory_is_an_error_naming_its_segment_files(capsys, root):
+def test_a_partition_directory_dumps_its_segment_files_in_order(capsys, root):
     produce(capsys, root, "t", [{"key": "a", "value": "b"}])
     part = os.path.join(root, "t-0")
+    files_rc, files_out, _ = run(capsys, "dump-log", *(os.path.join(part, f"{SEG}{s}") for s in (".log", ".index")))
     rc, out, err = run(capsys, "dump-log", part)
-    assert rc == 1 and out == f"Dumping {part}\n"
-    assert "Ignoring" not in err
-    assert err == (
-        f"kafkalog: error: {part} is a directory, not a file: dump-log takes files, as Kafka's tool does; "
-        f"its 1 segment(s): kafkalog dump-log {part}/{SEG}.log\n"
-    )
-    rc, _, err = run(capsys, "dump-log", root)  # the log dir: no segment files in it
-    assert rc == 1 and "is a directory, not a file" in err
+    dumped = [ln.split(" ", 1)[1] for ln in out.splitlines() if ln.startswith("Dumping ")]
+    names = sorted(n for n in os.listdir(part) if n.startswith(SEG))
+    assert dumped == [
+        os.path.join(part, n) for n in sorted(names, key=lambda n: [".log", ".index", ".timeindex"].index(n[20:]))
+    ]
+    assert rc == 0 and err == "" and out.startswith(files_out)  # the same lines as naming the files
+    rc, out, err = run(capsys, "dump-log", root)  # the log dir: no segment files in it
+    assert rc == 1 and out == "" and "is a directory with no segment files" in err
 
 
 def test_mistyped_or_missing_file_names_are_errors(capsys, root, tmp_path):
