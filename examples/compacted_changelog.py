@@ -34,8 +34,8 @@ if len(sys.argv) <= 1:
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"compacted_changelog: error: {root} is not empty; give a new directory")
 
+exit_on_interrupt(None, prog="compacted_changelog")  # Ctrl-C at any point: one line, exit 130
 spark = session("kafkalog-compacted-changelog", conf={"spark.sql.session.timeZone": "UTC"}, prog="compacted_changelog")
-exit_on_interrupt(spark, prog="compacted_changelog")  # Ctrl-C: one line, exit 130
 
 topic_config = {  # applied when the sink creates the topic
     "cleanup.policy": "compact",

@@ -16,8 +16,8 @@ PROG = "follow_topic"
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "follow-logs")
 seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+stop = exit_on_interrupt(None, prog=PROG)  # Ctrl-C while starting: one line, exit 130
 spark = session("kafkalog-follow", conf={"spark.sql.shuffle.partitions": "2"}, prog=PROG)
-stop = exit_on_interrupt(spark, prog=PROG, immediate=False)  # Ctrl-C: both stop between micro-batches
 
 writer = (
     spark.readStream.format("rate")
@@ -31,6 +31,7 @@ writer = (
     .trigger(processingTime="1 second")
     .start(root)
 )
+stop.immediate = False  # from here Ctrl-C stops the queries between micro-batches
 say(f"{PROG}: writer started; waiting for its first micro-batch")
 began = next_report = time.monotonic()
 while not any(p["numInputRows"] for p in writer.recentProgress) and not stop.requested:

@@ -16,8 +16,8 @@ if len(sys.argv) <= 1:
     shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"time_travel: error: {root} is not empty; give a new directory")
+exit_on_interrupt(None, prog="time_travel")  # Ctrl-C at any point: one line, exit 130
 spark = session("kafkalog-time-travel", conf={"spark.sql.session.timeZone": "UTC"}, prog="time_travel")
-exit_on_interrupt(spark, prog="time_travel")  # Ctrl-C: one line, exit 130
 
 day = 1_700_006_400_000  # 2023-11-15T00:00:00Z
 readings = spark.range(0, 24 * 60).selectExpr(

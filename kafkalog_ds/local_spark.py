@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +30,7 @@ _REPORTED_BY_CALLER = (
     "org.apache.spark.scheduler.TaskSetManager",
     "org.apache.spark.executor.Executor",
 )
+_active: Interrupt | None = None  # the Interrupt in force, which session() re-installs after pyspark's handler
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
@@ -60,14 +63,34 @@ def _quiet_conf_dir() -> str:
     return conf_dir
 
 
+MIN_JAVA = 17  # Spark 4's floor
+
+
 def java_missing_reason() -> str | None:
-    """Why Spark cannot start a JVM here, in one line, or None when a `java` is at hand."""
+    """Why Spark cannot start a JVM here, in one line (no `java`, or one older than Java 17), or None."""
     home = os.environ.get("JAVA_HOME")
-    if home and os.path.exists(os.path.join(home, "bin", "java")):
+    java = os.path.join(home, "bin", "java") if home else None
+    if java is None or not os.path.exists(java):
+        java = shutil.which("java")
+    if java is None:
+        return f"Spark needs Java {MIN_JAVA} or later: no `java` on PATH and no JAVA_HOME; install a JDK and run again"
+    version = java_major_version(java)
+    if version is not None and version < MIN_JAVA:
+        return f"Spark needs Java {MIN_JAVA} or later; {java} is Java {version} (set JAVA_HOME to a newer JDK)"
+    return None
+
+
+def java_major_version(java: str) -> int | None:
+    """The major version `java -version` reports ("1.8.0_392" is 8, "17.0.9" is 17), or None if unknown."""
+    try:
+        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
         return None
-    if shutil.which("java"):
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', p.stderr + p.stdout)
+    if m is None:
         return None
-    return "Spark needs Java 17 (or 21): no `java` on PATH and no JAVA_HOME; install a JDK and run again"
+    major = int(m.group(1))
+    return int(m.group(2) or 0) if major == 1 else major
 
 
 def session(app: str, *, master: str = "local[2]", conf: dict | None = None, prog: str = "kafkalog"):
@@ -96,6 +119,8 @@ def session(app: str, *, master: str = "local[2]", conf: dict | None = None, pro
     except Exception as e:  # pyspark's JAVA_GATEWAY_EXITED and the like: the JVM did not come up
         sys.exit(f"{prog}: error: Spark did not start: {' '.join(str(e).split())[:300]}")
     spark.sparkContext.setLogLevel("ERROR")
+    if _active is not None:  # SparkContext put pyspark's own SIGINT handler in place: ours again
+        _active.attach(spark)
     say(f"{prog}: Spark started in {time.monotonic() - began:.0f} s")
     return spark
 
@@ -117,13 +142,23 @@ class Interrupt:
         self._previous: object = None
 
     def __enter__(self) -> Interrupt:
+        global _active
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._on_signal)
+            _active = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _active
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            _active = None
+
+    def attach(self, spark) -> None:
+        """Cancel this session's jobs on an immediate Ctrl-C, and take SIGINT back from pyspark's handler."""
+        self.spark = spark
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
         if self.requested or self.immediate:

@@ -39,7 +39,7 @@ def test_no_java_is_one_line_naming_java_17(monkeypatch, tmp_path):
 def test_a_java_on_path_or_in_java_home_is_enough(monkeypatch, tmp_path):
     java = tmp_path / "bin" / "java"
     java.parent.mkdir()
-    java.write_text("#!/bin/sh\n")
+    java.write_text("#!/bin/sh\necho 'openjdk version \"17.0.9\" 2023-10-17' >&2\n")
     java.chmod(0o755)
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(java.parent))
@@ -77,3 +77,18 @@ def test_the_quiet_configuration_sets_the_gateway_level_so_spark_announces_nothi
         text = f.read()
     assert "rootLogger.level = error" in text
     assert "logger.repl.name = org.apache.spark.api.python.PythonGatewayServer" in text  # else "Setting default..."
+
+
+@pytest.mark.parametrize(
+    "reported, major", [('openjdk version "11.0.21" 2023-10-17', 11), ('java version "1.8.0_392"', 8)]
+)
+def test_a_java_older_than_17_is_one_line_naming_it(monkeypatch, tmp_path, reported, major):
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text(f"#!/bin/sh\necho '{reported}' >&2\n")
+    java.chmod(0o755)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(java.parent))
+    assert local_spark.java_major_version(str(java)) == major
+    reason = local_spark.java_missing_reason()
+    assert reason == f"Spark needs Java 17 or later; {java} is Java {major} (set JAVA_HOME to a newer JDK)"
