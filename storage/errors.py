@@ -143,3 +143,8 @@ class DumpError(KafkaLogError):
 
 class ExportError(KafkaStorageError):
     """The export cannot go ahead; nothing in the target was changed unless the message says so."""
+
+
+class TransactionAbortedError(KafkaStorageError):
+    """A sink transaction lost its decision: another opener aborted it first (Kafka's
+    TransactionAbortedException); its data is kept behind ABORT markers and the batch may be replayed."""
