@@ -18,6 +18,8 @@ import logging
 import struct
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
 from .common.time import SYSTEM_TIME, Time
 from .errors import CorruptRecordError, KafkaStorageError
@@ -196,11 +198,13 @@ class ProducerStateManager:
         to where the commit began, so a replay appends it whole; with none, it never started.
         """
         done = []
+        ended: list[PendingCommit] = []
         now = self.time.milliseconds() if now_ms is None else now_ms
         for wid, e in self.writers.items():
             p = e.pending
             if p is None:
                 continue
+            ended.append(p)
             if p.transaction is not None:
                 line = self._resolve_transaction(log, wid, e, opener, now)
                 if line is not None:
@@ -226,7 +230,9 @@ class ProducerStateManager:
             for line in done:  # a decided commit's marker is the normal second phase, not a recovery
                 level = logging.INFO if line.startswith("committed batch") else logging.WARNING
                 logger.log(level, "%s-%d: %s", log.tp.topic, log.tp.partition, line)
-            self.save()
+            # a transaction's end is durable in the log (its marker, flushed), where _find_marker finds it if
+            # this update is lost: no fsync then; a cut (non-transactional) must be remembered durably
+            self.save(durable=any(p.transaction is None for p in ended))
         return done
 
     def _resolve_transaction(self, log, wid: int, e: WriterEntry, opener: int | None, now: int) -> str | None:
@@ -237,23 +243,31 @@ class ProducerStateManager:
         txn = p.transaction
         where = f"{log.tp.topic}-{log.tp.partition}"
         outcome = read_decision(self.fs, txn.decision)
+        found = None  # a marker written before a crash lost the state file's update
         if outcome is None:
             if opener != wid and not txn.expired(now):
                 return None
-            why = "its writer restarted" if opener == wid else f"open longer than {txn.timeout_ms} ms"
-            outcome = decide(self.fs, txn.decision, ABORT, {"partition": where, "reason": why, "timestamp": now})
+            # no decision: never taken, or deleted once every marker was written; the log tells which
+            found = self._find_marker(log, wid, p.first_offset)
+            if found is None:
+                why = "its writer restarted" if opener == wid else f"open longer than {txn.timeout_ms} ms"
+                outcome = decide(self.fs, txn.decision, ABORT, {"partition": where, "reason": why, "timestamp": now})
+            else:
+                outcome = found[0]
         leo = log.log_end_offset
         wrote = p.first_offset < leo and self._written_by(log, p.first_offset, wid)
         if outcome == COMMIT:
-            if not (wrote and leo >= p.next_offset):
-                raise KafkaStorageError(
-                    f"{where}: transaction {self.fs.url(txn.decision)} of writer {wid} is committed, but "
-                    f"the partition lacks its data (offsets {p.first_offset}..{p.next_offset - 1}, log end "
-                    f"{leo}); not writing its COMMIT marker"
-                )
-            marker = self._marker_at_end(log, wid, COMMIT)
-            if marker is None:
-                marker = write_marker(log, COMMIT, wid, txn.producer_epoch, now)
+            if found is not None:
+                marker = found[1]
+            else:
+                if not (wrote and leo >= p.next_offset):
+                    raise KafkaStorageError(
+                        f"{where}: transaction {self.fs.url(txn.decision)} of writer {wid} is committed, but "
+                        f"the partition lacks its data (offsets {p.first_offset}..{p.next_offset - 1}, log end "
+                        f"{leo}); not writing its COMMIT marker"
+                    )
+                at_end = self._marker_at_end(log, wid, COMMIT)
+                marker = write_marker(log, COMMIT, wid, txn.producer_epoch, now) if at_end is None else at_end
             e.committed_batch_id, e.committed_next_offset = p.batch_id, marker + 1
             e.pending = None
             e.updated_ms = now
@@ -262,12 +276,11 @@ class ProducerStateManager:
             e.pending = None
             e.updated_ms = now
             return f"aborted batch {p.batch_id} of writer {wid}: nothing of it was written"
-        marker = self._marker_at_end(log, wid, ABORT)
-        if marker is None:
-            marker = write_marker(log, ABORT, wid, txn.producer_epoch, now)
+        at_end = found[1] if found is not None else self._marker_at_end(log, wid, ABORT)
+        marker = write_marker(log, ABORT, wid, txn.producer_epoch, now) if at_end is None else at_end
         seg = log.segment_for(marker)
         index = TransactionIndex.for_segment(self.fs, log.dir, seg.base_offset) if seg is not None else None
-        if index is None or index.last_offset != marker:  # not indexed before a crash
+        if index is None or not (index.entries()["last_offset"] == marker).any():  # not indexed before a crash
             others = [
                 o.pending.first_offset
                 for w, o in self.writers.items()
@@ -277,6 +290,23 @@ class ProducerStateManager:
         e.pending = None
         e.updated_ms = now
         return f"aborted batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{marker}, data kept)"
+
+    @staticmethod
+    def _find_marker(log, wid: int, start: int) -> tuple[str, int] | None:
+        """Writer wid's first marker at or after `start` (its transaction's, as it held the partition lock
+        from its data to its marker): (COMMIT or ABORT, offset), or None. Reads the log from `start`: only a
+        recovery does, when no decision is left to say how the transaction ended."""
+        if start >= log.log_end_offset or start < log.log_start_offset:
+            return None
+        for chunk in log.read(start):
+            h = chunk.scan.headers
+            hits = np.flatnonzero(((h["attributes"] & CONTROL_FLAG_MASK) != 0) & (h["producer_id"] == wid))
+            for i in hits.tolist():
+                pos, size = int(chunk.scan.positions[i]), int(chunk.scan.sizes[i])
+                for outcome in (COMMIT, ABORT):
+                    if is_marker(chunk.buf[pos : pos + size], MARKER_TYPES[outcome], wid):
+                        return outcome, int(chunk.scan.last_offsets[i])
+        return None
 
     @staticmethod
     def _marker_at_end(log, wid: int, outcome: str) -> int | None:

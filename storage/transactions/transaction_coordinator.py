@@ -126,8 +126,13 @@ def decide(fs: LogFileSystem, path: str, outcome: str, detail: dict) -> str:
     if outcome not in (COMMIT, ABORT):
         raise ValueError(f"a decision is {COMMIT!r} or {ABORT!r}, not {outcome!r}")
     body = json.dumps({"version": DECISION_VERSION, "decision": outcome, **detail}, sort_keys=True).encode()
-    fs.mkdirs(fs.dirname(path))
+    parent = fs.dirname(path)
+    if not fs.isdir(parent):  # the writer's first transaction: its directory, durable too
+        fs.mkdirs(parent)
+        fs.sync_dir(fs.dirname(parent))
+        fs.sync_dir(fs.dirname(fs.dirname(parent)))
     if fs.create_exclusive(path, body, durable=True):
+        fs.sync_dir(parent)  # the new name is durable: the decision holds after a crash
         return outcome
     held = read_decision(fs, path)
     if held is None:  # deleted once the transaction was resolved everywhere: only a finished commit is

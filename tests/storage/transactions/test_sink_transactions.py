@@ -367,3 +367,39 @@ def test_a_writer_that_loses_the_decision_aborts_every_partition_and_fails_the_b
     commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True)  # the replay: a new transaction
     views, _ = committed_view(root)
     assert sorted(v for vs in views.values() for v in vs) == expected_values([0])
+
+
+@pytest.mark.parametrize("opener", ["restarted writer", "timeout"])
+def test_a_lost_state_update_after_the_markers_is_read_back_from_the_log(root, monkeypatch, opener):
+    """The state file's update after a marker is not fsynced and the decision is deleted once every marker is
+    in: if a crash loses that update, the next opener finds the marker in the log and must not abort a
+    committed transaction (an ABORT after it would hide the committed data from read_committed readers)."""
+    from storage.producer_state import STATE_FILE
+
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    path = os.path.join(lm.partition_dir(TopicPartition("t", 0)), STATE_FILE)
+    saved = {}
+    real = sc._transaction_marker
+
+    def keep_pending_state(*a, **kw):  # the state file as it was before the marker phase
+        saved["raw"] = open(path, "rb").read()
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sc, "_transaction_marker", keep_pending_state)
+    commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True)
+    open(path, "wb").write(saved["raw"])  # the power cut took the update
+    assert ProducerStateManager(lm.fs, os.path.dirname(path)).entry(W).pending is not None
+    tp = TopicPartition("t", 0)
+    with lm.open_log(tp, writable=True) as log:
+        if opener == "timeout":
+            done = log.producer_state.resolve_pending(log, now_ms=SYSTEM_TIME.milliseconds() + 10**9)
+        else:
+            done = log.producer_state.resolve_pending(log, opener=W)
+        assert done and done[0].startswith("committed batch 0")
+        assert log.producer_state.entry(W).committed_batch_id == 0
+    views, lsos = committed_view(root, 1)
+    assert sorted(views[0]) == sorted(v for v in expected_values([0]) if v in views[0]) and views[0]
+    assert (
+        txn_index_entries(root, 0) == [] and len([b for b in kp_batches(partition_bytes(root, 0)) if b["control"]]) == 1
+    )
