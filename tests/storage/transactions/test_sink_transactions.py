@@ -403,3 +403,16 @@ def test_a_lost_state_update_after_the_markers_is_read_back_from_the_log(root, m
     assert (
         txn_index_entries(root, 0) == [] and len([b for b in kp_batches(partition_bytes(root, 0)) if b["control"]]) == 1
     )
+
+
+def test_markers_stay_uncompressed_control_batches_on_a_compressed_topic(root):
+    """Kafka's LogValidator never recompresses an uncompressed control batch, whatever compression.type says."""
+    lm = LogManager(root)
+    lm.create_topic("t", 1, {"compression.type": "zstd"})
+    commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True)
+    *data, marker = kp_batches(partition_bytes(root, 0))
+    assert marker["control"] and marker["transactional"] and marker["crc_ok"]
+    assert marker["records"][0][1] == struct.pack(">hh", 0, 1)
+    raw = partition_bytes(root, 0)
+    assert struct.unpack_from(">h", raw, len(raw) - 78 + 21)[0] == 0x30  # attributes: no codec bits
+    assert all(b["transactional"] for b in data)
