@@ -46,6 +46,7 @@ from ..transactions.transaction_coordinator import (
     TransactionRef,
     decide,
     delete_decision,
+    leftover_commits,
     new_transaction,
 )
 
@@ -157,6 +158,11 @@ def _commit_transaction(
     clock: Time,
 ) -> None:
     """One transaction over every partition: durable data everywhere, the decision once, then markers."""
+    for path, parts in leftover_commits(lm.fs, lm.root, writer_id):  # a previous driver died among its markers
+        for topic, partition in parts:  # opening rolls the transaction forward (the loader's resolve_pending)
+            with lm.open_log(TopicPartition(topic, partition), writable=True, lock_timeout=lock_timeout):
+                pass
+        delete_decision(lm.fs, path)
     txn = new_transaction(lm.fs, lm.root, writer_id, batch_id, timeout_ms=timeout_ms, now_ms=clock.milliseconds())
     written: dict[TopicPartition, tuple[int, int, int]] = {}  # tp -> (first, last data offset, records)
     for tp in sorted(by_tp):

@@ -140,6 +140,24 @@ def decide(fs: LogFileSystem, path: str, outcome: str, detail: dict) -> str:
     return held
 
 
+def leftover_commits(fs: LogFileSystem, root: str, writer_id: int) -> list[tuple[str, list[tuple[str, int]]]]:
+    """A writer's commit decisions still on disk (its driver died before every marker was written), each
+    with the partitions it names: (decision path, [(topic, partition), ...])."""
+    d = decision_dir(fs, root, writer_id)
+    out = []
+    for f in fs.listdir(d):  # (a missing directory lists as empty)
+        path = fs.join(d, f.name)
+        if f.is_dir or ".tmp" in f.name or read_decision(fs, path) != COMMIT:
+            continue
+        doc = json.loads(fs.read(path, 0, MAX_DECISION_BYTES))
+        try:
+            parts = [(str(t), int(p)) for t, p, _ in doc["partitions"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise KafkaStorageError(f"transaction decision {fs.url(path)} names no valid partitions ({e})") from None
+        out.append((path, parts))
+    return out
+
+
 def delete_decision(fs: LogFileSystem, path: str) -> None:
     """Drop a decision whose markers are all written (no partition holds the transaction open any more)."""
     fs.delete(path, missing_ok=True)

@@ -283,6 +283,10 @@ def test_a_crash_at_any_step_leaves_every_micro_batch_committed_once_or_not_at_a
     for p in range(PARTITIONS):
         state = ProducerStateManager(lm.fs, lm.partition_dir(TopicPartition("t", p)))
         assert all(e.pending is None for e in state.writers.values())
+    decisions = os.path.join(root, TRANSACTIONS_DIR, str(W))
+    left = [json.load(open(os.path.join(decisions, n)))["decision"] for n in os.listdir(decisions)]
+    if next_opener == "replay":  # the restarted query removed the commit decision its predecessor left
+        assert "commit" not in left
 
 
 def test_an_open_transaction_holds_the_lso_until_its_timeout_then_is_aborted(root, monkeypatch):
