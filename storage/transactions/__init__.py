@@ -4,5 +4,7 @@ control_records.py: control record keys (ControlRecordType) and the COMMIT/ABORT
 (EndTransactionMarker), and the one-record control batch a coordinator writes;
 transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn);
 producer_snapshot.py: the producer state snapshot `<20-digit offset>.snapshot` (Kafka's
-ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing.
+ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing;
+transaction_coordinator.py: the sink's transactions: the create-only decision file (the role of Kafka's
+transaction log), the COMMIT/ABORT marker batch it appends and the `.txnindex` entry of an abort.
 """
