@@ -15,8 +15,19 @@ from storage.fs.storage_options import storage_options_from_spark
 from storage.log_config import CONFIG_KEYS_BY_NAME, LogConfig, parse_option
 from storage.records.record_batch import CompressionType
 from storage.topic_partition import validate_topic_name
+from storage.transactions.transaction_coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS
 
-WRITER_OPTIONS = {"path", "topic", "compression.type", "partitions", "locktimeoutms", "checkpointlocation", "queryname"}
+WRITER_OPTIONS = {
+    "path",
+    "topic",
+    "compression.type",
+    "partitions",
+    "locktimeoutms",
+    "checkpointlocation",
+    "queryname",
+    "transactional",
+    "transaction.timeout.ms",
+}
 SINK_NAMES = {"locktimeoutms": "lockTimeoutMs", "checkpointlocation": "checkpointLocation", "queryname": "queryName"}
 SINK_COLUMNS = ("key", "value", "headers", "topic", "partition", "timestamp")
 
@@ -84,6 +95,10 @@ class SinkOptions:
     lock_timeout_s: float = 600.0  # how long a commit waits for another writer's partition lock
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     compression_level: int | None = None  # compression.<codec>.level, as Kafka's producer takes it
+    # each micro-batch one Kafka transaction over its partitions (docs/spark.md). Off by default until the
+    # cleaner compacts committed transactional records (issue 24 part 5): today it never maps them
+    transactional: bool = False
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS  # Kafka producer's transaction.timeout.ms
 
     @classmethod
     def parse(cls, options: dict) -> SinkOptions:
@@ -109,6 +124,13 @@ class SinkOptions:
         known = {**{k: SINK_NAMES.get(k, k) for k in WRITER_OPTIONS}, **{k: k for k in CONFIG_KEYS_BY_NAME}}
         note_unknown_options(opts, known, "sink")
         lock_timeout_s = parse_option("lockTimeoutMs", opts.get("locktimeoutms", "600000"), "long", at_least=0) / 1000
+        transactional = parse_option("transactional", opts.get("transactional", "false"), "boolean")
+        txn_timeout = parse_option(
+            "transaction.timeout.ms",
+            opts.get("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS)),
+            "int",
+            at_least=1,
+        )
         level_key = f"compression.{codec.name.lower()}.level"  # the producer's level (KIP-390)
         level = (
             LogConfig.from_dict({level_key: opts[level_key]}).compression_level(codec) if level_key in opts else None
@@ -123,6 +145,8 @@ class SinkOptions:
             lock_timeout_s,
             storage_options_from_spark(opts),
             level,
+            transactional,
+            txn_timeout,
         )
 
     def writer_id(self) -> int:

@@ -72,7 +72,14 @@ class _StagingWriter:
     def _commit(self, messages: list[KafkaLogCommitMessage | None], batch_id: int, ephemeral: bool) -> None:
         staged = [m.staged for m in messages if m is not None and m.staged is not None]
         commit_staged(
-            self._lm(), self.writer_id, batch_id, staged, ephemeral=ephemeral, lock_timeout=self.options.lock_timeout_s
+            self._lm(),
+            self.writer_id,
+            batch_id,
+            staged,
+            ephemeral=ephemeral,
+            lock_timeout=self.options.lock_timeout_s,
+            transactional=self.options.transactional,
+            transaction_timeout_ms=self.options.transaction_timeout_ms,
         )
 
     def _abort(self, messages) -> None:

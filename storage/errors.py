@@ -147,3 +147,8 @@ class ExportError(KafkaStorageError):
 
 class TooManyProducersError(KafkaStorageError):
     """A partition holds more open transactions than a reader tracks (transaction_state.MAX_OPEN_TRANSACTIONS)."""
+
+
+class TransactionAbortedError(KafkaStorageError):
+    """A sink transaction lost its decision: another opener aborted it first (Kafka's
+    TransactionAbortedException); its data is kept behind ABORT markers and the batch may be replayed."""

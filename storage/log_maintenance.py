@@ -31,6 +31,7 @@ from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
+from .producer_state import ProducerStateManager
 from .segment_swap import complete_pending_swaps
 from .topic_partition import TopicPartition
 
@@ -60,6 +61,7 @@ class PartitionReport:
     duration_s: float = 0.0
     errors: list[str] = field(default_factory=list)
     skipped: bool = False  # no partition directory yet: nothing to maintain
+    transactions_resolved: list[str] = field(default_factory=list)  # sink transactions ended (timed out)
 
     def line(self) -> str:
         if self.skipped:
@@ -139,6 +141,7 @@ def maintain_partition(
         with lm.open_log(tp) as log:
             rep.bytes_before = rep.bytes_after = log.size
             compact = log.config.compact
+            pdir = log.dir
     except UnknownTopicOrPartitionError:  # not written yet (or its topic was just deleted): nothing to do
         rep.skipped = True
         rep.duration_s = time.monotonic() - t0
@@ -147,6 +150,12 @@ def maintain_partition(
         rep.errors.append(f"open: {type(e).__name__}: {e}")
         rep.duration_s = time.monotonic() - t0
         return rep
+    try:  # sink transactions left open past their timeout are aborted (so they stop holding the LSO)
+        if ProducerStateManager(lm.fs, pdir).first_unstable_offset() is not None:
+            with lm.open_log(tp, writable=True) as wlog:
+                rep.transactions_resolved = wlog.producer_state.resolve_pending(wlog, now_ms=now)
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"transactions: {type(e).__name__}: {e}")
     try:
         r = lm.apply_retention(tp, now_ms=now)
         rep.segments_deleted = r.segments_deleted

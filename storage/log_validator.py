@@ -55,8 +55,11 @@ def maybe_recompress(
     if target == "producer":
         return buf, scan
     codec = CompressionType.for_name(target)
-    codecs = scan.headers["attributes"] & rb.COMPRESSION_CODEC_MASK
-    if np.all(codecs == int(codec)):
+    attributes = scan.headers["attributes"]
+    codecs = attributes & rb.COMPRESSION_CODEC_MASK
+    # Kafka's LogValidator: "Do not compress control records unless they are written compressed"
+    uncompressed_control = ((attributes & rb.CONTROL_FLAG_MASK) != 0) & (codecs == int(CompressionType.NONE))
+    if np.all((codecs == int(codec)) | uncompressed_control):
         return buf, scan
     from .records.builder import build_batch
     from .records.decoder import decode_batches

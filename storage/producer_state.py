@@ -18,13 +18,36 @@ import logging
 import struct
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .common.constants import INT32_MAX, INT64_MAX, INT64_MIN
 from .common.time import SYSTEM_TIME, Time
 from .errors import CorruptRecordError, KafkaStorageError
 from .fs.filesystem import LogFileSystem
 from .objects.immutable_segment import read_first_header
 from .objects.segment_metadata import SegmentMetadata, collect, parse_segments, segments_doc
-from .records.record_batch import CRC_OFFSET, PRODUCER_ID_OFFSET, compute_crc, scan_batches, validate_batches
+from .records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    PRODUCER_ID_OFFSET,
+    TRANSACTIONAL_FLAG_MASK,
+    compute_crc,
+    scan_batches,
+    validate_batches,
+)
+from .transactions.transaction_coordinator import (
+    ABORT,
+    COMMIT,
+    MARKER_TYPES,
+    TransactionRef,
+    decide,
+    index_aborted,
+    is_marker,
+    read_decision,
+    write_marker,
+)
+from .transactions.transaction_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +65,8 @@ class PendingCommit:
     batch_id: int
     first_offset: int  # the log end offset when the commit began
     next_offset: int  # the log end offset it will leave
+    # the sink transaction the data belongs to; None: a non-transactional commit (a partial one is cut off)
+    transaction: TransactionRef | None = None
 
 
 @dataclass
@@ -116,13 +141,26 @@ class ProducerStateManager:
         }
         self.fs.write_atomic(self.path, json.dumps(doc, sort_keys=True).encode(), durable=durable)
 
-    def begin(self, writer_id: int, batch_id: int, first_offset: int, next_offset: int) -> None:
-        """Durably mark a commit as under way before any of its bytes are appended."""
+    def begin(
+        self,
+        writer_id: int,
+        batch_id: int,
+        first_offset: int,
+        next_offset: int,
+        transaction: TransactionRef | None = None,
+    ) -> None:
+        """Durably mark a commit as under way before any of its bytes are appended; `transaction`: the
+        sink transaction its data belongs to (its markers end it), None for a non-transactional commit."""
         e = self.entry(writer_id)
+        if e.pending is not None:
+            raise KafkaStorageError(
+                f"writer state file {self.fs.url(self.path)}: writer {writer_id} begins batch {batch_id} while "
+                f"batch {e.pending.batch_id} is still pending; resolve it first"
+            )
         # a log that lost unflushed records (flush.ms topics after a power cut) ends before the last commit's
         # end: say so, so that the rollback check (first_offset >= committed end) holds for every mark we write
         e.committed_next_offset = min(e.committed_next_offset, first_offset)
-        e.pending = PendingCommit(batch_id, first_offset, next_offset)
+        e.pending = PendingCommit(batch_id, first_offset, next_offset, transaction)
         e.updated_ms = self.time.milliseconds()
         self.save()
 
@@ -147,16 +185,30 @@ class ProducerStateManager:
         firsts = [e.pending.first_offset for e in self.writers.values() if e.pending is not None]
         return min(firsts) if firsts else None
 
-    def resolve_pending(self, log) -> list[str]:
+    def resolve_pending(self, log, *, opener: int | None = None, now_ms: int | None = None) -> list[str]:
         """Finish or roll back commits a crashed writer left pending; returns what was done.
 
-        All bytes of a pending commit present: it completed. Some: the log is cut back to where the
-        commit began, so a replay appends it whole. None: it never started.
+        A transactional commit (its data stays, whatever happens) ends as its decision says: "commit"
+        rolls forward (the missing COMMIT marker), "abort" rolls back (an ABORT marker and a `.txnindex`
+        entry). With no decision yet, the opener aborts it (recording "abort" first: a "commit" found there
+        instead rolls forward) when it is the writer's own (a restarted query) or open longer than its
+        timeout at `now_ms` (default: this manager's clock); else it stays open and holds the LSO.
+
+        A non-transactional commit with all its bytes present completed; with some, the log is cut back
+        to where the commit began, so a replay appends it whole; with none, it never started.
         """
         done = []
+        ended: list[PendingCommit] = []
+        now = self.time.milliseconds() if now_ms is None else now_ms
         for wid, e in self.writers.items():
             p = e.pending
             if p is None:
+                continue
+            ended.append(p)
+            if p.transaction is not None:
+                line = self._resolve_transaction(log, wid, e, opener, now)
+                if line is not None:
+                    done.append(line)
                 continue
             leo = log.log_end_offset
             if leo >= p.next_offset and self._written_by(log, p.first_offset, wid):
@@ -175,10 +227,104 @@ class ProducerStateManager:
                 done.append(f"dropped pending batch {p.batch_id} of writer {wid}: nothing of it was written")
             e.pending = None
         if done:
-            for line in done:
-                logger.warning("%s-%d: %s", log.tp.topic, log.tp.partition, line)
-            self.save()
+            for line in done:  # a decided commit's marker is the normal second phase, not a recovery
+                level = logging.INFO if line.startswith("committed batch") else logging.WARNING
+                logger.log(level, "%s-%d: %s", log.tp.topic, log.tp.partition, line)
+            # a transaction's end is durable in the log (its marker, flushed), where _find_marker finds it if
+            # this update is lost: no fsync then; a cut (non-transactional) must be remembered durably
+            self.save(durable=any(p.transaction is None for p in ended))
         return done
+
+    def _resolve_transaction(self, log, wid: int, e: WriterEntry, opener: int | None, now: int) -> str | None:
+        """End writer wid's pending transaction in this partition as its decision says (see resolve_pending);
+        None when it stays open."""
+        p = e.pending
+        assert p is not None and p.transaction is not None, "called only for a pending transaction"
+        txn = p.transaction
+        where = f"{log.tp.topic}-{log.tp.partition}"
+        outcome = read_decision(self.fs, txn.decision)
+        found = None  # a marker written before a crash lost the state file's update
+        if outcome is None:
+            if opener != wid and not txn.expired(now):
+                return None
+            # no decision: never taken, or deleted once every marker was written; the log tells which
+            found = self._find_marker(log, wid, p.first_offset)
+            if found is None:
+                why = "its writer restarted" if opener == wid else f"open longer than {txn.timeout_ms} ms"
+                outcome = decide(self.fs, txn.decision, ABORT, {"partition": where, "reason": why, "timestamp": now})
+            else:
+                outcome = found[0]
+        leo = log.log_end_offset
+        wrote = p.first_offset < leo and self._written_by(log, p.first_offset, wid)
+        if outcome == COMMIT:
+            if found is not None:
+                marker = found[1]
+            else:
+                if not (wrote and leo >= p.next_offset):
+                    raise KafkaStorageError(
+                        f"{where}: transaction {self.fs.url(txn.decision)} of writer {wid} is committed, but "
+                        f"the partition lacks its data (offsets {p.first_offset}..{p.next_offset - 1}, log end "
+                        f"{leo}); not writing its COMMIT marker"
+                    )
+                at_end = self._marker_at_end(log, wid, COMMIT)
+                marker = write_marker(log, COMMIT, wid, txn.producer_epoch, now) if at_end is None else at_end
+            e.committed_batch_id, e.committed_next_offset = p.batch_id, marker + 1
+            e.pending = None
+            e.updated_ms = now
+            return f"committed batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{marker})"
+        if not wrote:
+            e.pending = None
+            e.updated_ms = now
+            return f"aborted batch {p.batch_id} of writer {wid}: nothing of it was written"
+        at_end = found[1] if found is not None else self._marker_at_end(log, wid, ABORT)
+        marker = write_marker(log, ABORT, wid, txn.producer_epoch, now) if at_end is None else at_end
+        seg = log.segment_for(marker)
+        index = TransactionIndex.for_segment(self.fs, log.dir, seg.base_offset) if seg is not None else None
+        if index is None or not (index.entries()["last_offset"] == marker).any():  # not indexed before a crash
+            others = [
+                o.pending.first_offset
+                for w, o in self.writers.items()
+                if w != wid and o.pending is not None and o.pending.first_offset < marker
+            ]
+            index_aborted(log, wid, p.first_offset, marker, min(others) if others else marker + 1)
+        e.pending = None
+        e.updated_ms = now
+        return f"aborted batch {p.batch_id} of writer {wid} (offsets {p.first_offset}..{marker}, data kept)"
+
+    @staticmethod
+    def _find_marker(log, wid: int, start: int) -> tuple[str, int] | None:
+        """Writer wid's first marker at or after `start` (its transaction's, as it held the partition lock
+        from its data to its marker): (COMMIT or ABORT, offset), or None. Reads the log from `start`: only a
+        recovery does, when no decision is left to say how the transaction ended."""
+        if start >= log.log_end_offset or start < log.log_start_offset:
+            return None
+        for chunk in log.read(start):
+            h = chunk.scan.headers
+            hits = np.flatnonzero(((h["attributes"] & CONTROL_FLAG_MASK) != 0) & (h["producer_id"] == wid))
+            for i in hits.tolist():
+                pos, size = int(chunk.scan.positions[i]), int(chunk.scan.sizes[i])
+                for outcome in (COMMIT, ABORT):
+                    if is_marker(chunk.buf[pos : pos + size], MARKER_TYPES[outcome], wid):
+                        return outcome, int(chunk.scan.last_offsets[i])
+        return None
+
+    @staticmethod
+    def _marker_at_end(log, wid: int, outcome: str) -> int | None:
+        """The offset of the log's last batch when it is writer wid's marker (written before a crash that
+        lost the state file's update), else None."""
+        leo = log.log_end_offset
+        if leo <= log.log_start_offset:
+            return None
+        for chunk in log.read(leo - 1, leo):
+            scan = chunk.scan
+            if not len(scan):
+                return None
+            pos = int(scan.positions[-1])
+            size = int(scan.sizes[-1])
+            if is_marker(chunk.buf[pos : pos + size], MARKER_TYPES[outcome], wid):
+                return int(scan.last_offsets[-1])
+            return None
+        return None
 
     def _check_rollback(self, log, wid: int, e: WriterEntry, leo: int) -> None:
         """The state file is a hint: before cutting the log back, check that the cut holds only what the
@@ -236,6 +382,7 @@ def _parse_state(raw: bytes) -> dict[int, WriterEntry]:
                 _long(q["batch_id"], "batch_id"),
                 _long(q["first_offset"], "first_offset"),
                 _long(q["next_offset"], "next_offset"),
+                TransactionRef.from_json(q["transaction"]) if q.get("transaction") is not None else None,
             )
             if not 0 <= pending.first_offset <= pending.next_offset:
                 raise ValueError(
@@ -258,10 +405,12 @@ def producer_state_for(log):
     return ProducerStateManager(log.fs, log.dir)
 
 
-def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_size: int, source: str) -> None:
+def stamp_commit(
+    buf: bytearray, writer_id: int, batch_id: int, *, max_batch_size: int, source: str, transactional: bool = False
+):
     """Put a commit's identity into every batch: producerId = writer id, producerEpoch 0, baseSequence =
-    batch id, and recompute the CRC. The batches are validated first, so damaged staged bytes are
-    reported, not given a fresh CRC."""
+    batch id, the transactional attribute when `transactional`, and recompute the CRC. The batches are
+    validated first, so damaged staged bytes are reported, not given a fresh CRC. Returns the scan."""
     if not 0 <= batch_id <= MAX_BATCH_ID:
         raise KafkaStorageError(
             f"{source}: batch id {batch_id} does not fit a batch's baseSequence (int32), which "
@@ -271,12 +420,19 @@ def stamp_commit(buf: bytearray, writer_id: int, batch_id: int, *, max_batch_siz
     if scan.end != len(buf):
         raise CorruptRecordError("staged bytes end in a partial or oversized batch", source=source, position=scan.end)
     validate_batches(buf, scan, source=source, check_offsets=False)
+    if (scan.headers["attributes"] & CONTROL_FLAG_MASK).any():
+        raise CorruptRecordError("staged bytes hold a control batch", source=source)
     fields = struct.Struct(">qhi")
     view = memoryview(buf)
     # per batch: the CRC covers these fields
-    for pos, size in zip(scan.positions.tolist(), scan.sizes.tolist(), strict=True):
+    for pos, size, attrs in zip(
+        scan.positions.tolist(), scan.sizes.tolist(), scan.headers["attributes"].tolist(), strict=True
+    ):
+        if transactional:
+            struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attrs | TRANSACTIONAL_FLAG_MASK)
         fields.pack_into(buf, pos + PRODUCER_ID_OFFSET, writer_id, 0, batch_id)
         struct.pack_into(">I", buf, pos + CRC_OFFSET, compute_crc(view[pos : pos + size]))
+    return scan
 
 
 class ObjectProducerStateManager:

@@ -8,6 +8,14 @@ this writer already committed it, else mark it pending, add the staged bytes and
 copy); small ones are copied into the active segment so frequent small commits do not make tiny
 segments. A replayed batch id is skipped partition by partition.
 
+With transactional=True (the Spark sink's default) a micro-batch is one Kafka transaction over every
+partition it writes (storage/transactions/transaction_coordinator.py): the data batches carry the
+transactional bit, producerId = writer id, producerEpoch 0 and baseSequence = batch id; once every
+partition's data is durable the decision "commit" is created (create-only, once), then each partition gets
+its COMMIT marker. A crash before the decision leaves the data to be aborted (ABORT marker, `.txnindex`),
+never cut; after it, the next opener writes the missing markers. Without it, a partial commit is cut off
+by the next opener (the weaker, older behaviour).
+
 On a filesystem without append or locks (object stores: immutable segments) the commit reads a
 partition's staged objects (ranged GETs), stamps every batch with the batch id
 (ObjectProducerStateManager) and appends them as ONE segment object with a create-only write. A
@@ -24,12 +32,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConcurrentAppendError, KafkaStorageError
+from ..common.time import SYSTEM_TIME, Time
+from ..errors import ConcurrentAppendError, KafkaStorageError, TransactionAbortedError
 from ..log import StagedSegment
 from ..log_manager import LogManager
 from ..objects.immutable_segment import immutable_segments
 from ..producer_state import stamp_commit
+from ..records.record_batch import CRC_OFFSET, RECORDS_COUNT_OFFSET
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
+from ..transactions.transaction_coordinator import (
+    COMMIT,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    TransactionRef,
+    decide,
+    delete_decision,
+    leftover_commits,
+    new_transaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +106,9 @@ def commit_staged(
     ephemeral: bool = False,
     lock_timeout: float | None = 600.0,
     conflict_retries: int = CONFLICT_RETRIES,
+    transactional: bool = False,
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+    time: Time = SYSTEM_TIME,
 ) -> CommitResult:
     """Append every staged partition log, exactly once per (writer, batch, partition); then drop the files.
 
@@ -102,10 +124,116 @@ def commit_staged(
         for p in f.partitions:
             by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
     immutable = immutable_segments(lm.fs)
+    if transactional and immutable:
+        log.warning(
+            "%s: transactional commits are not implemented on immutable segments (object stores) yet: "
+            "batch %d of writer %d is committed partition by partition, each partition atomically",
+            lm.url(),
+            batch_id,
+            writer_id,
+        )
+        transactional = False
     with lm.snapshot():  # topic and checkpoint files read once, recovery points written once
-        _commit_partitions(lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, conflict_retries, immutable)
+        if transactional:
+            _commit_transaction(
+                lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, transaction_timeout_ms, time
+            )
+        else:
+            _commit_partitions(
+                lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, conflict_retries, immutable
+            )
     cleanup_staged(lm, writer_id, [f.name for f in staged])
     return result
+
+
+def _commit_transaction(
+    lm: LogManager,
+    by_tp: dict,
+    writer_id: int,
+    batch_id: int,
+    result: CommitResult,
+    ephemeral: bool,
+    lock_timeout: float | None,
+    timeout_ms: int,
+    clock: Time,
+) -> None:
+    """One transaction over every partition: durable data everywhere, the decision once, then markers."""
+    for path, parts in leftover_commits(lm.fs, lm.root, writer_id):  # a previous driver died among its markers
+        for topic, partition in parts:  # opening rolls the transaction forward (the loader's resolve_pending)
+            with lm.open_log(TopicPartition(topic, partition), writable=True, lock_timeout=lock_timeout):
+                pass
+        delete_decision(lm.fs, path)
+    txn = new_transaction(lm.fs, lm.root, writer_id, batch_id, timeout_ms=timeout_ms, now_ms=clock.milliseconds())
+    written: dict[TopicPartition, tuple[int, int, int]] = {}  # tp -> (first, last data offset, records)
+    for tp in sorted(by_tp):
+        got = _transaction_data(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout)
+        if got is None:
+            result.skipped.append(tp)
+        else:
+            written[tp] = got
+    if not written:
+        return
+    outcome = decide(
+        lm.fs,
+        txn.decision,
+        COMMIT,
+        {
+            "partitions": [[tp.topic, tp.partition, first] for tp, (first, _, _) in sorted(written.items())],
+            "timestamp": clock.milliseconds(),
+        },
+    )
+    for tp in sorted(written):
+        _transaction_marker(lm, tp, writer_id, txn, ephemeral, lock_timeout)
+    if outcome != COMMIT:
+        raise TransactionAbortedError(
+            f"batch {batch_id} of writer {writer_id} was aborted by another opener (its transaction "
+            f"{lm.fs.url(txn.decision)} was open longer than {timeout_ms} ms) before it could commit: "
+            f"ABORT markers were written in its {len(written)} partitions; the replay is a new transaction"
+        )
+    delete_decision(lm.fs, txn.decision)
+    for tp, (first, last, records) in written.items():
+        result.appended[tp] = (first, last)
+        result.records += records
+
+
+def _transaction_data(
+    lm: LogManager,
+    tp: TopicPartition,
+    pieces: list[StagedPartition],
+    writer_id: int,
+    batch_id: int,
+    txn: TransactionRef,
+    lock_timeout: float | None,
+) -> tuple[int, int, int] | None:
+    """A partition's data, durable, marked pending under the transaction; None if the batch is in."""
+    with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+        state = plog.producer_state
+        state.resolve_pending(plog, opener=writer_id)  # this writer's own leftovers (a restarted query)
+        if state.entry(writer_id).committed_batch_id >= batch_id:
+            log.info("%s: batch %d of writer %d is already in the log; skipped", tp, batch_id, writer_id)
+            return None
+        for piece in pieces:
+            _check_staged(lm, piece)
+        first = plog.log_end_offset
+        state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces), txn)
+        _append_pieces(lm, plog, pieces, stamp=(writer_id, batch_id))
+        if plog.config.flush_overridden:  # the decision needs the data durable, whatever flush.ms says
+            plog.flush()
+        return first, plog.log_end_offset - 1, sum(p.records for p in pieces)
+
+
+def _transaction_marker(
+    lm: LogManager, tp: TopicPartition, writer_id: int, txn: TransactionRef, ephemeral: bool, lock_timeout
+) -> None:
+    """Open the partition: its loader ends the pending transaction as the decision says (resolve_pending
+    writes the marker); then a one-off writer is forgotten."""
+    with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+        state = plog.producer_state
+        p = state.entry(writer_id).pending
+        if p is not None and p.transaction == txn:
+            raise KafkaStorageError(f"{tp}: transaction {lm.fs.url(txn.decision)} is decided but still open")
+        if ephemeral:
+            state.forget(writer_id)
 
 
 def _commit_partitions(
@@ -152,21 +280,29 @@ def _commit_partitions(
             result.records += sum(p.records for p in pieces)
 
 
-def _append_pieces(lm: LogManager, plog, pieces: list[StagedPartition]) -> None:
+def _append_pieces(lm: LogManager, plog, pieces: list[StagedPartition], stamp: tuple[int, int] | None = None) -> None:
     """Adopt the big staging logs; copy the others with as few appends as APPEND_CHUNK_BYTES allows (each
-    append flushes, so the tasks' small pieces of a partition go in together: one fsync per file)."""
+    append flushes, so the tasks' small pieces of a partition go in together: one fsync per file).
+    `stamp` (writer id, batch id): make every batch a transactional batch of that commit first."""
     pending: list[bytearray] = []
     size = 0
+    where = f"staged batches of {plog.tp.topic}-{plog.tp.partition}"
 
     def flush_pending():
         nonlocal pending, size
         if pending:
-            plog.append(pending[0] if len(pending) == 1 else bytearray(b"".join(pending)))
+            data = pending[0] if len(pending) == 1 else bytearray(b"".join(pending))
+            if stamp is not None:
+                stamp_commit(data, *stamp, max_batch_size=plog.max_batch_size, source=where, transactional=True)
+            plog.append(data)
         pending, size = [], 0
 
     for piece in pieces:
         if piece.adopt and _same_log_dir(lm, piece, plog.dir):
             flush_pending()
+            if stamp is not None:
+                for seg in piece.segments:
+                    _stamp_staged_segment(lm, seg, *stamp, max_batch_size=plog.max_batch_size)
             plog.adopt_segments(list(piece.segments))
             continue
         for data in read_staged(lm, piece):
@@ -256,6 +392,22 @@ def _read_stamped(
         data, writer_id, batch_id, max_batch_size=max_batch_size, source=f"staged batches of {tp.topic}-{tp.partition}"
     )
     return data
+
+
+def _stamp_staged_segment(lm: LogManager, seg: StagedSegment, writer_id: int, batch_id: int, *, max_batch_size: int):
+    """Stamp a staged segment's batches in place before it is adopted (stamp_commit, transactional): the
+    stamped header fields and the CRC are 40 contiguous bytes per batch, written back with one pwrite each."""
+    path = lm.fs.join(seg.dir, segment_file_name(seg.base_offset, LOG_FILE_SUFFIX))
+    piece = StagedPartition("", 0, (seg,), 0, True)
+    start = 0
+    for data in read_staged(lm, piece):
+        scan = stamp_commit(
+            data, writer_id, batch_id, max_batch_size=max_batch_size, source=lm.url(path), transactional=True
+        )
+        view = memoryview(data)
+        regions = b"".join(view[p + CRC_OFFSET : p + RECORDS_COUNT_OFFSET] for p in scan.positions.tolist())
+        lm.fs.write_at(path, scan.positions + (start + CRC_OFFSET), regions, durable=True)
+        start += len(data)
 
 
 def _same_log_dir(lm: LogManager, piece: StagedPartition, partition_dir: str) -> bool:

@@ -9,5 +9,7 @@ ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing;
 transaction_state.py: the transactions open in a partition, its last stable offset and the aborted
 transactions its markers complete (the transaction half of Kafka's ProducerStateManager), rebuilt from
 the latest snapshot plus a header scan;
-isolation.py: the isolation levels (read_uncommitted, read_committed) and their option parsing.
+isolation.py: the isolation levels (read_uncommitted, read_committed) and their option parsing;
+transaction_coordinator.py: the sink's transactions: the create-only decision file (the role of Kafka's
+transaction log), the COMMIT/ABORT marker batch it appends and the `.txnindex` entry of an abort.
 """
