@@ -33,6 +33,7 @@ from .topic_partition import (
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     offset_to_file_prefix,
 )
 
@@ -111,6 +112,8 @@ class LogSegment:
         self.max_batch_size = max_batch_size
         prefix = fs.join(dir, offset_to_file_prefix(base_offset))
         self.log_path = prefix + LOG_FILE_SUFFIX + file_suffix
+        # `.txnindex` (storage/transactions/transaction_index.py): only where a transaction aborted here
+        self.txn_index_path = prefix + TXN_INDEX_FILE_SUFFIX + file_suffix
         self.offset_index = OffsetIndex(
             fs, prefix + INDEX_FILE_SUFFIX + file_suffix, base_offset, max_index_size, file_size=index_size
         )
@@ -872,12 +875,13 @@ class LogSegment:
 
     # ------------------------------------------------------------------ files
     def files(self) -> list[str]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        """The segment's files; the last, its `.txnindex`, exists only if a transaction aborted in it."""
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index_path]
 
     def change_file_suffixes(self, old: str, new: str) -> None:
-        """Rename all three files, e.g. '' -> '.deleted' or '.cleaned' -> '.swap'."""
+        """Rename all its files that exist, e.g. '' -> '.deleted' or '.cleaned' -> '.swap'."""
         self.close()
-        for attr in ("log_path",):
+        for attr in ("log_path", "txn_index_path"):
             src = getattr(self, attr)
             dst = src[: len(src) - len(old)] + new if old else src + new
             if self.fs.exists(src):

@@ -89,7 +89,7 @@ def replace_segments(log, new_segments: list[LogSegment], old_segments: list[Log
     fresh = sorted(new_segments, key=lambda s: s.base_offset)
     for seg in fresh:  # the output must be there whole: a swap of missing files would drop the sources' data
         for path in seg.files():
-            if not log.fs.exists(path):
+            if path != seg.txn_index_path and not log.fs.exists(path):  # (no .txnindex: nothing aborted)
                 raise SwapAbortedError(
                     f"{log.tp.topic}-{log.tp.partition}: compaction output {log.fs.url(path)} "
                     f"is gone; nothing was replaced"

@@ -28,6 +28,7 @@ from storage.log_retention import (
     REASON_RETENTION_MS,
 )
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_segment_file
+from storage.transactions.transaction_index import AbortedTxn, TransactionIndex
 from tests.helpers.kafka_reference import kp_batch, kp_parse
 
 TP = TopicPartition("t", 0)
@@ -332,6 +333,24 @@ def test_renamed_files_are_touched_so_the_delay_counts_from_deletion(root):
     with lm.open_log(TP, writable=True):  # nor does a writer's loader remove them before the delay
         pass
     assert len([n for n in files_of(lm) if n.endswith(".deleted")]) == 3
+
+
+def test_a_segments_txnindex_goes_with_it(any_root):
+    """Kafka's LogSegment renames and deletes its `.txnindex` with its other files."""
+    lm = LogManager(any_root)
+    build(lm, [[1], [1], [NOW]], {"retention.ms": str(HOUR), "file.delete.delay.ms": "0"})
+    d = lm.partition_dir(TP)
+    for base in (0, 2):
+        index = TransactionIndex.for_segment(lm.fs, d, base)
+        index.append(AbortedTxn(producer_id=7, first_offset=base, last_offset=base, last_stable_offset=base))
+        index.flush()
+        index.close()
+    lm.apply_retention(TP, now_ms=NOW)
+    names = files_of(lm)
+    assert "00000000000000000000.txnindex.deleted" in names and "00000000000000000000.txnindex" not in names
+    assert "00000000000000000002.txnindex" in names  # the active segment's stays
+    assert "00000000000000000000.txnindex.deleted" in lm.remove_expired_deleted_files(TP, now_ms=NOW + 10**12)
+    assert not any(".txnindex" in n and not n.startswith("00000000000000000002") for n in files_of(lm))
 
 
 # ---------------------------------------------------------------- delete-records
