@@ -1,8 +1,9 @@
 """LogCleanerManager: which compacted logs to clean, which range, in what order (Kafka's LogCleanerManager).
 
 A log's dirty range starts at its entry in ROOT/cleaner-offset-checkpoint (or the log start offset)
-and ends at the first uncleanable offset: the active segment's base offset, or the base of the first
-segment holding a record newer than min.compaction.lag.ms. Logs whose dirty ratio
+and ends at the first uncleanable offset: the lowest of the active segment's base offset, the last
+stable offset (the first offset of a transaction still open, which may yet abort), and the base of the
+first segment holding a record newer than min.compaction.lag.ms; rounded down to a segment base. Logs whose dirty ratio
 dirty bytes / (clean + dirty bytes) exceeds min.cleanable.dirty.ratio are cleanable, the dirtiest
 first, as are logs whose oldest dirty segment began more than max.compaction.lag.ms ago. The
 checkpoint moves only after a cleaning's last swap, so a crash before it just cleans again.
@@ -84,7 +85,8 @@ def cleanable_offsets(
         first_dirty, force = start, True
     else:
         first_dirty = checkpoint_offset
-    uncleanable = log.active_segment.base_offset
+    # nothing at or past the LSO: an open transaction may still abort (Kafka's firstUncleanableDirtyOffset)
+    uncleanable = min(log.active_segment.base_offset, log.last_stable_offset)
     if bound is not None:
         uncleanable = min(uncleanable, bound)
     lag = log.config.min_compaction_lag_ms
