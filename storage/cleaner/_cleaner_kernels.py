@@ -400,6 +400,8 @@ def filter_batches(
     has_horizon,
     horizon,
     may_stamp,
+    keep_all,
+    stamp_all,
     tags,
     offs,
     n,
@@ -411,12 +413,13 @@ def filter_batches(
 ):  # pragma: no cover - jitted
     """Pass 2: decide every record and write the records of rewritten batches into `out`.
 
-    A record at offset >= map_end is kept (the map does not cover it). Below it: a keyless record is
-    kept; a keyed one is kept if no newer offset is mapped for its key, and a tombstone only while
-    its batch's delete horizon (if set) is in the future. A batch keeping all records and needing no
-    horizon is VERBATIM; one keeping none is DROP; else REWRITE, its kept records re-framed against
-    the new baseTimestamp (REWRITE_STAMPED: the horizon `new_horizon`, when it keeps a tombstone, has
-    no horizon yet and may_stamp[b]).
+    A record at offset >= map_end is kept (the map does not cover it), as is every record of a batch
+    with keep_all[b] (a transaction marker). Below it: a keyless record is kept; a keyed one is kept if
+    no newer offset is mapped for its key, and a tombstone only while its batch's delete horizon (if
+    set) is in the future. A batch keeping all records and needing no horizon is VERBATIM; one keeping
+    none is DROP; else REWRITE, its kept records re-framed against the new baseTimestamp
+    (REWRITE_STAMPED: the horizon `new_horizon`, when it keeps a tombstone or stamp_all[b] (a marker
+    whose transaction's data is gone), has no horizon yet and may_stamp[b]).
     Returns (status, out_start, out_end, kept, max_ts, new_base_ts, stats[4], err, err_pos, err_batch);
     stats: records dropped, tombstones dropped, keyless kept, out bytes.
     """
@@ -452,7 +455,7 @@ def filter_batches(
             p = rend
             offset = base_offsets[b] + od
             keep = True
-            if offset < map_end:
+            if offset < map_end and not keep_all[b]:
                 if kl < 0:
                     stats[2] += 1
                 else:
@@ -482,7 +485,7 @@ def filter_batches(
             return status, o_start, o_end, kept, max_ts, new_base, stats, E_TRAILING, p, b
         kept[b] = nk
         max_ts[b] = mts
-        stamp = tombs > 0 and not has_horizon[b] and may_stamp[b]
+        stamp = (tombs > 0 or stamp_all[b]) and not has_horizon[b] and may_stamp[b]
         if nk == 0:
             status[b] = DROP
             continue
@@ -512,3 +515,22 @@ def filter_batches(
 
 
 MAX_REFRAME_GROWTH = 14  # bytes a re-framed record may grow: timestampDelta (<= 9) and length varint (<= 4)
+
+
+@njit(nogil=True)
+def first_keys(src, area_start, area_end, counts, last_deltas):  # pragma: no cover - jitted
+    """(err, err_pos, key start, key length) of each batch's first record (key length -2: no record)."""
+    nb = area_start.shape[0]
+    ks_out = np.zeros(nb, np.int64)
+    kl_out = np.full(nb, -2, np.int64)
+    for b in range(nb):
+        if counts[b] == 0:
+            continue
+        err, begin, attr, tsd, od_pos, od, ks, kl, vl, rend = _frame(
+            src, area_start[b], area_end[b], last_deltas[b], -1
+        )
+        if err:
+            return err, begin, b, ks_out, kl_out
+        ks_out[b] = ks
+        kl_out[b] = kl
+    return 0, 0, 0, ks_out, kl_out

@@ -40,8 +40,16 @@ from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
 from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
 from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
+from ..transactions.transaction_index import TransactionIndex
 from . import _cleaner_kernels as K
-from .cleaner_batches import bounded_chunks, empty_batch, framing_error, record_areas, rewritten_batches
+from .cleaner_batches import (
+    bounded_chunks,
+    control_types,
+    empty_batch,
+    framing_error,
+    record_areas,
+    rewritten_batches,
+)
 from .cleaner_config import CleanerConfig
 from .offset_map import (
     MAX_RELATIVE_OFFSET,
@@ -49,6 +57,7 @@ from .offset_map import (
     SkimpyOffsetMap,
 )
 from .throttler import Throttler
+from .transaction_metadata import CleanedTransactionMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +79,8 @@ class CleanResult:
     records_read: int = 0  # by pass 2
     records_dropped: int = 0
     tombstones_dropped: int = 0
+    aborted_dropped: int = 0  # records of aborted transactions removed (counted in records_dropped too)
+    markers_dropped: int = 0  # transaction markers removed past their delete horizon
     keyless_kept: int = 0
     bytes_read: int = 0  # by all passes (key count, map, filter)
     bytes_written: int = 0
@@ -95,6 +106,8 @@ class _SourceStats:
     records_read: int = 0
     records_dropped: int = 0
     tombstones_dropped: int = 0
+    aborted_dropped: int = 0
+    markers_dropped: int = 0
     keyless_kept: int = 0
     bytes_written: int = 0
 
@@ -152,6 +165,7 @@ class _Round:
     horizon: int  # delete horizon stamped on batches that keep a tombstone and have none
     res: CleanResult
     mtimes: dict  # id(segment) -> .log mtime when the cleaning began
+    txn: CleanedTransactionMetadata  # the transactions pass 2 walks through, across all groups
 
 
 class Cleaner:
@@ -197,8 +211,13 @@ class Cleaner:
         )
         end, res.map_full = self._build_offset_map(log, omap, first_dirty_offset, first_uncleanable_offset, res)
         res.keys, res.map_bytes, res.map_peak_bytes = omap.size, omap.memory_bytes, omap.peak_bytes
-        rnd = _Round(log, omap, end, now, min(INT64_MAX, now + log.config.delete_retention_ms), res, mtimes)
         sources = [s for s in candidates if s.base_offset < end]
+        after = [s.base_offset for s in log.segments if sources and s.base_offset > sources[-1].base_offset]
+        txn = CleanedTransactionMetadata.for_range(
+            log, sources[0].base_offset if sources else end, after[0] if after else log.log_end_offset
+        )
+        horizon = min(INT64_MAX, now + log.config.delete_retention_ms)
+        rnd = _Round(log, omap, end, now, horizon, res, mtimes, txn)
         with self._output_lock(log), _scratch_dir(log) as self._scratch:
             for group in group_segments_by_size(
                 sources, log.config.segment_bytes, log.config.segment_index_bytes, first_uncleanable_offset
@@ -215,11 +234,12 @@ class Cleaner:
         The map's one table is sized from a HyperLogLog count of the range's keys first."""
         limit = start + MAX_RELATIVE_OFFSET
         omap.reserve(self._estimate_keys(log, omap, start, end, res))
+        txn = CleanedTransactionMetadata.for_range(log, start, end)
         for seg in log.segments_in_range(start, end):
             if seg is log.active_segment:
                 break
             try:
-                full = self._map_segment(log, seg, omap, start, end, limit, res)
+                full = self._map_segment(log, seg, omap, start, end, limit, res, txn)
             finally:
                 seg.release_readers()  # a log of many segments must not hold them all open
             if full:
@@ -232,11 +252,12 @@ class Cleaner:
         counter = KeyCounter()
         omap.note_peak(counter.memory_bytes)
         limit = start + MAX_RELATIVE_OFFSET
+        txn = CleanedTransactionMetadata.for_range(log, start, end)
         for seg in log.segments_in_range(start, end):
             if seg is log.active_segment:
                 break
             try:
-                for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res):
+                for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res, txn):
                     if fits.size:
                         h = chunk.scan.headers
                         src, a0, a1 = record_areas(chunk, fits, log.max_batch_size)
@@ -259,9 +280,10 @@ class Cleaner:
                 seg.release_readers()
         return counter.estimate()
 
-    def _dirty_chunks(self, log, seg, start, end, limit, res):
+    def _dirty_chunks(self, log, seg, start, end, limit, res, txn: CleanedTransactionMetadata):
         """(chunk, idx, fits, mappable) of a segment's validated chunks from `start`: idx its batches
-        in [start, end), fits those whose offsets fit the map (below limit), mappable: fits' data batches."""
+        in [start, end), fits those whose offsets fit the map (below limit), mappable: fits' data
+        batches outside aborted transactions (Kafka maps committed transactional data; `txn` is fed fits)."""
         found = seg.translate_offset(start) if seg.base_offset < start else (None, 0)
         if found is None:
             return
@@ -272,13 +294,14 @@ class Cleaner:
             lasts = scan.last_offsets
             idx = np.flatnonzero((lasts >= start) & (bases < end))
             fits = idx[lasts[idx] < limit]
-            attrs = scan.headers["attributes"][fits].astype(np.int64)
-            yield chunk, idx, fits, (attrs & (rb.CONTROL_FLAG_MASK | rb.TRANSACTIONAL_FLAG_MASK)) == 0
+            control = (scan.headers["attributes"][fits].astype(np.int64) & rb.CONTROL_FLAG_MASK) != 0
+            aborted, _ = txn.read_batches(scan.headers, fits, control_types(chunk, fits[control], log.max_batch_size))
+            yield chunk, idx, fits, ~control & ~aborted
             if len(bases) and bases[-1] >= end:
                 break
 
-    def _map_segment(self, log, seg, omap, start, end, limit, res) -> bool:
-        for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res):
+    def _map_segment(self, log, seg, omap, start, end, limit, res, txn) -> bool:
+        for chunk, idx, fits, mappable in self._dirty_chunks(log, seg, start, end, limit, res, txn):
             scan = chunk.scan
             bases = scan.headers["base_offset"].astype(np.int64)
             lasts = scan.last_offsets
@@ -320,8 +343,10 @@ class Cleaner:
             for seg in group:
                 if out is None:
                     out, members = self._new_output(rnd.log, seg.base_offset), []
+                before = rnd.txn.snapshot()
                 st = self._clean_source(rnd, seg, out, may_overflow=not members)
                 if st is None:
+                    rnd.txn.restore(before)  # the source is read again, into the next output
                     out.truncate_to(seg.base_offset)
                     self._finish(rnd, out, members)
                     out, members = self._new_output(rnd.log, seg.base_offset), []
@@ -362,7 +387,15 @@ class Cleaner:
                 self.throttler.maybe_throttle(len(buf))
         finally:
             seg.release_readers()
-        for name in ("records_read", "records_dropped", "tombstones_dropped", "keyless_kept", "bytes_written"):
+        for name in (
+            "records_read",
+            "records_dropped",
+            "tombstones_dropped",
+            "aborted_dropped",
+            "markers_dropped",
+            "keyless_kept",
+            "bytes_written",
+        ):
             setattr(rnd.res, name, getattr(rnd.res, name) + getattr(st, name))
         return st
 
@@ -384,34 +417,50 @@ class Cleaner:
         )
 
     def _filter_chunk(self, rnd: _Round, chunk, st: _SourceStats):
-        """The chunk's batches as they survive: (bytes, scan)."""
+        """The chunk's batches as they survive: (bytes, scan). Aborted transactions' batches go; a marker
+        stays whole until its transaction's data is gone and then its delete horizon has passed."""
         scan = chunk.scan
         h = scan.headers
         status = np.full(len(scan), K.VERBATIM, np.int8)
-        data = np.flatnonzero((h["attributes"].astype(np.int64) & rb.CONTROL_FLAG_MASK) == 0)
+        attrs = h["attributes"].astype(np.int64)
+        control = (attrs & rb.CONTROL_FLAG_MASK) != 0
+        everything = np.arange(len(scan))
+        aborted, discard = rnd.txn.read_batches(
+            h, everything, control_types(chunk, np.flatnonzero(control), rnd.log.max_batch_size)
+        )
+        counts = h["record_count"].astype(np.int64)
+        st.records_read += int(counts[~control].sum())
+        has_h = (attrs & rb.DELETE_HORIZON_FLAG_MASK) != 0
+        expired = control & discard & has_h & (rnd.now >= h["base_timestamp"].astype(np.int64))
+        status[aborted | expired] = K.DROP
+        st.aborted_dropped += int(counts[aborted].sum())
+        st.markers_dropped += int(counts[expired].sum())
+        st.records_dropped += int(counts[aborted].sum() + counts[expired].sum())
+        work = np.flatnonzero(~aborted & ~expired)
         heads, areas = {}, {}
-        if data.size:
-            src, a0, a1 = record_areas(chunk, data, rnd.log.max_batch_size)
-            counts = h["record_count"][data].astype(np.int64)
-            st.records_read += int(counts.sum())
-            sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, np.ones(data.size, bool))
+        if work.size:
+            keep_all, stamp_all = control[work], (control & discard)[work]
+            src, a0, a1 = record_areas(chunk, work, rnd.log.max_batch_size)
+            sts, heads, areas, stats = self._filter(
+                rnd, chunk, work, src, a0, a1, np.ones(work.size, bool), keep_all, stamp_all
+            )
             grown = [
                 i
-                for i, j in enumerate(data.tolist())
+                for i, j in enumerate(work.tolist())
                 if sts[i] == K.REWRITE_STAMPED
                 and len(heads[j]) + memoryview(areas[j]).nbytes > max(rnd.log.max_batch_size, int(scan.sizes[j]))
             ]
             if grown:  # stamping would pass max.message.bytes, which readers enforce: leave those unstamped
                 logger.warning(
                     "%s: batch at offset %s would exceed max.message.bytes with its delete horizon; its "
-                    "tombstones stay until it shrinks",
+                    "tombstones or marker stay until it shrinks",
                     rnd.log.tp,
-                    int(h["base_offset"][data[grown[0]]]),
+                    int(h["base_offset"][work[grown[0]]]),
                 )
-                again = np.ones(data.size, bool)
+                again = np.ones(work.size, bool)
                 again[grown] = False
-                sts, heads, areas, stats = self._filter(rnd, chunk, data, src, a0, a1, again)
-            status[data] = sts
+                sts, heads, areas, stats = self._filter(rnd, chunk, work, src, a0, a1, again, keep_all, stamp_all)
+            status[work] = sts
             st.records_dropped += int(stats[0])
             st.tombstones_dropped += int(stats[1])
             st.keyless_kept += int(stats[2])
@@ -430,8 +479,9 @@ class Cleaner:
         buf = b"".join(pieces)
         return buf, scan_batches(buf)
 
-    def _filter(self, rnd: _Round, chunk, data, src, a0, a1, may_stamp):
-        """Run the record filter over batches `data` of a chunk; the rewritten ones' headers and areas."""
+    def _filter(self, rnd: _Round, chunk, data, src, a0, a1, may_stamp, keep_all, stamp_all):
+        """Run the record filter over batches `data` of a chunk; the rewritten ones' headers and areas.
+        keep_all: markers (every record kept); stamp_all: markers to stamp with a delete horizon."""
         h = chunk.scan.headers
         counts = h["record_count"][data].astype(np.int64)
         base_ts = h["base_timestamp"][data].astype(np.int64)
@@ -449,6 +499,8 @@ class Cleaner:
             has_h,
             base_ts,
             may_stamp,
+            keep_all,
+            stamp_all,
             tags,
             offs,
             slots,
@@ -477,6 +529,7 @@ class Cleaner:
     def _finish(self, rnd: _Round, out: LogSegment, members: list[_SourceStats]) -> None:
         """Close an output and swap it in for its sources (or drop it if it would change nothing)."""
         log = rnd.log
+        entries = rnd.txn.take_cleaned_entries()  # aborted transactions whose ABORT marker stays in `out`
         last = members[-1] if members else None
         if last is not None and not last.emitted and last.last_header is not None:
             # the loader completes a crashed swap over [base, the output's next offset): keep the last
@@ -484,9 +537,15 @@ class Cleaner:
             empty = empty_batch(last.last_header)
             out.append(empty, scan_batches(empty))
         sources = [m.seg for m in members]
-        if out.size == 0 or self._unchanged(log, out, members):
+        if out.size == 0 or (self._unchanged(log, out, members) and self._same_txns(log, sources[0], entries)):
             out.delete()
             return
+        if entries and self._scratch is None:  # (object stores: see docs/maintenance.md)
+            index = TransactionIndex(out.fs, out.txn_index_path, out.base_offset)
+            for txn in entries:
+                index.append(txn)
+            index.flush()
+            index.close()
         out.on_become_inactive()
         out.close()
         if self._scratch is not None:
@@ -518,6 +577,12 @@ class Cleaner:
             return True
         out.flush(fsync=False)
         return out.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
+
+    def _same_txns(self, log: Log, seg: LogSegment, entries: list) -> bool:
+        """The source's `.txnindex` holds exactly the entries its output would (or the store keeps none)."""
+        if self._scratch is not None:
+            return True
+        return TransactionIndex(log.fs, seg.txn_index_path, seg.base_offset).all_aborted_txns() == entries
 
     @staticmethod
     @contextlib.contextmanager

@@ -14,6 +14,7 @@ from ..records._record_kernels import MIN_RECORD_BYTES
 from ..records.compression import compress_many, decompress_many
 from ..records.decoder import DECODE_BUDGET_BYTES, ERROR_MESSAGES
 from ..records.record_batch import CompressionType, as_uint8
+from ..transactions.control_records import parse_control_type_id
 from . import _cleaner_kernels as K
 
 _KEEP_ON_EMPTY = rb.TIMESTAMP_TYPE_MASK | rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
@@ -129,3 +130,29 @@ def rewritten_batches(heads, which, sts, o0, o1, kept, mts, nbase, out):
         {int(b): heads[j : j + 1].tobytes() for j, b in enumerate(which.tolist())},
         {int(b): areas[j] for j, b in enumerate(which.tolist())},
     )
+
+
+def control_types(chunk, idx: np.ndarray, max_bytes: int) -> dict[int, int | None]:
+    """The type id in the key of each control batch's record (batches idx of a chunk), None for a batch
+    with no record; a key Kafka could not parse (under 4 bytes, negative version) is CorruptRecordError."""
+    if not idx.size:
+        return {}
+    scan = chunk.scan
+    src, a0, a1 = record_areas(chunk, idx, max_bytes)
+    err, _, eb, ks, kl = K.first_keys(
+        src,
+        a0,
+        a1,
+        scan.headers["record_count"][idx].astype(np.int64),
+        scan.headers["last_offset_delta"][idx].astype(np.int64),
+    )
+    if err:
+        raise framing_error(chunk, int(idx[eb]), err)
+    out: dict[int, int | None] = {}
+    for j, b in enumerate(idx.tolist()):  # per control batch (one per transaction and partition)
+        if kl[j] == -2:
+            out[b] = None
+            continue
+        key = None if kl[j] < 0 else bytes(src[int(ks[j]) : int(ks[j] + kl[j])])
+        out[b] = parse_control_type_id(key, source=chunk.source, position=chunk.base_position + int(scan.positions[b]))
+    return out
