@@ -81,11 +81,17 @@ class TxnModel:
     def last_stable_offset(self, log_end):
         return min(self.open.values(), default=log_end)
 
+    def in_abort(self, pid, off):
+        return any(p == pid and f <= off <= last for p, f, last in self.aborted)
+
     def is_aborted(self, off, rec):
         pid, txn, kind = rec[5], rec[6], rec[7]
-        return txn and kind is None and any(p == pid and f <= off <= last for p, f, last in self.aborted)
+        return txn and kind is None and self.in_abort(pid, off)
 
-    def clean(self, first_dirty, end, now):
+    def clean(self, first_dirty, end, now, empties=()):
+        """empties: (base offset, producer id) of the empty transactional data batches in the log before the
+        cleaning (what is left of a batch whose records all went, where the engine keeps one); Kafka counts
+        them as a transaction's batches, as it does the empty batches it retains."""
         latest = {}
         for off, rec in self.records.items():
             k = rec[1]
@@ -107,7 +113,7 @@ class TxnModel:
                     and prev < o < off
                     and self.is_aborted(o, r) == (kind == ABORT)
                     for o, r in self.records.items()
-                )
+                ) or any(p == pid and prev < b < off and self.in_abort(p, b) == (kind == ABORT) for b, p in empties)
                 if kind == ABORT and not data:  # a cleaned segment's .txnindex keeps only aborts with data
                     self.index -= {t for t in self.index if t[0] == pid and t[2] == off}
                 if not data:

@@ -140,10 +140,15 @@ def test_transactional_compaction_matches_kafkas_rules(ops, segment_bytes, reten
         else:
             now += arg
             end = expected_end(lm, model)
+            empties = [
+                (h.base_offset, h.producer_id)
+                for h in batch_headers(lm)
+                if not h.record_count and h.is_transactional and not h.is_control
+            ]
             res = mgr.clean_partition(TP, now, force=True)
             assert res.ok, res.error
             assert (res.first_dirty_offset, res.end_offset) == (model.checkpoint, max(end, model.checkpoint))
-            model.clean(model.checkpoint, max(end, model.checkpoint), now)
+            model.clean(model.checkpoint, max(end, model.checkpoint), now, empties)
         assert parsed_records(lm) == model.expected()
         for h in batch_headers(lm):
             if h.record_count:
