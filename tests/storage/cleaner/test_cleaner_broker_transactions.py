@@ -140,3 +140,53 @@ def test_kafkalog_cleans_a_transactional_topic_as_the_broker_does(kafka_broker_s
     assert [(b, c) for b, c, _ in ours[1]] == [(b, c) for b, c, _ in kafka[1]]
     assert all(h is None for _, c, h in kafka[1] if c) and all(h is None for _, c, h in ours[1] if c)
     assert ours[2] == kafka[2]  # the cleaned .txnindex: the aborts whose markers stay for their data
+
+
+def test_markers_whose_data_is_gone_get_a_delete_horizon_as_on_the_broker(kafka_broker_session, tmp_path):
+    """Round 2: the broker cleans its round-1 output plus new data; kafkalog cleans a copy of the same files.
+    Every marker whose transaction's data went in round 1 (the aborts, and the commit whose keys were all
+    superseded) is stamped with a delete horizon by both, and the `.txnindex` entries go; the horizon values
+    differ by design (each side's clock: now + delete.retention.ms)."""
+    broker = kafka_broker_session.ensure_running()
+    topic = TOPIC + "-2"
+    tp = TopicPartition(topic, 0)
+    pdir = broker.log_dir / f"{topic}-0"
+    broker.tool({"op": "createTopic", "topic": topic, "partitions": 1, "configs": FROZEN})
+    for res in broker.tool(*[{**cmd, "topic": topic} for cmd in _produce()]):
+        assert not [r for r in res if "error" in r], res
+    S.wait_until(broker, lambda: _markers(pdir) == len(TXNS), "the coordinator to write every marker")
+
+    def cleaned() -> bool:
+        done = S.read_checkpoint(broker.log_dir / "cleaner-offset-checkpoint").get((topic, 0), -1)
+        return done >= S.live_bases(pdir)[-1]
+
+    broker.tool({"op": "alterConfigs", "topic": topic, "set": {"min.compaction.lag.ms": "0"}})
+    S.wait_until(broker, cleaned, f"the broker's cleaner to reach the active segment of {topic}-0 (round 1)")
+    broker.tool({"op": "alterConfigs", "topic": topic, "set": {"min.compaction.lag.ms": "3600000"}})
+    more = [S._rec(b"round 2", key=b"k3", partition=0)] + [
+        S._rec(b"filler" * 20, key=b"g%d" % i, partition=0) for i in range(6)
+    ]
+    plain = {"enable.idempotence": "false", "acks": "1", **S.NO_AUTOSEND}
+    broker.tool({"op": "produce", "topic": topic, "config": plain, "steps": S._groups(more, (1, 2, 2, 2))})
+    root = tmp_path / "logs"
+    shutil.copytree(pdir, root / f"{topic}-0")
+    before = _state(pdir)
+    broker.tool({"op": "alterConfigs", "topic": topic, "set": {"min.compaction.lag.ms": "0"}})
+    S.wait_until(broker, cleaned, f"the broker's cleaner to reach the active segment of {topic}-0 (round 2)")
+    kafka = _state(pdir)
+
+    lm = LogManager(str(root))
+    ours_config = {k: v for k, v in FROZEN.items() if k != "internal.segment.bytes"}
+    lm.alter_topic_config(topic, {**ours_config, "segment.bytes": "700", "min.compaction.lag.ms": "0"})
+    res = LogCleanerManager(lm).clean_partition(tp, int(time.time() * 1000), force=True)
+    assert res.ok, res.error
+    ours = _state(root / f"{topic}-0")
+
+    assert before[0] != kafka[0]
+    assert ours[0] == kafka[0]
+    stamped = {
+        side: {b for b, c, h in state[1] if c and h is not None} for side, state in (("kafka", kafka), ("ours", ours))
+    }
+    stamped = {side: [b for b, c, h in state[1] if c and h is not None] for side, state in (("k", kafka), ("o", ours))}
+    assert len(stamped["k"]) == 4 and stamped["o"] == stamped["k"]
+    assert len(before[2]) == 3 and kafka[2] == ours[2] == set()  # round 1 kept the entries; round 2 drops them
