@@ -274,6 +274,9 @@ class LogCleanerManager:
             return CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)
         try:
             ltc, _ = log_to_clean(lg, self.checkpoints().get(tp), now, self._bound(lg, now))
+        except Exception as e:  # noqa: BLE001 - e.g. a damaged segment met finding the LSO: reported, as below
+            lg.close()
+            return CleanResult(tp.topic, tp.partition, -1, -1, error=f"{type(e).__name__}: {e}", exception=e)
         except BaseException:
             lg.close()
             raise
