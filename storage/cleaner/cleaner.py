@@ -13,9 +13,12 @@ topics at produce time and its cleaner discards them; this engine accepts them, 
 A kept batch keeps its baseOffset, lastOffsetDelta, producer fields and codec; records are filtered
 at byte level (their offsetDelta stays valid) and recompressed with compression.py. Each group's
 output is written as `<base>.log.cleaned` and swapped in under the partition lock (segment_swap.py)
-after checking that the segments it replaces are unchanged. Transaction markers (control batches)
-are copied as they are and transactional records never enter the map, so they are only dropped when
-a newer non-transactional record of their key exists; aborted transactions are not removed.
+after checking that the segments it replaces are unchanged. Transactions follow Kafka's rules
+(transaction_metadata.py): both passes walk the aborted transactions of the segments' `.txnindex`
+files; aborted batches are not mapped and are removed, committed transactional records compact like
+any other, and a COMMIT/ABORT marker stays whole while its transaction has a batch in the log, then
+gets a delete horizon as a tombstone does and goes past it. Each output's `.txnindex` holds the
+aborts whose ABORT marker it keeps for their data.
 """
 
 from __future__ import annotations
