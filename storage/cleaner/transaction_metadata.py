@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..common.constants import INT64_MAX
 from ..log import Log
 from ..records import record_batch as rb
 from ..transactions.control_records import ControlRecordType
@@ -30,7 +31,7 @@ def collect_aborted_txns(log: Log, lower: int, upper: int) -> np.ndarray:
     `lower` onward until one index says the search is complete (Kafka's collectAbortedTransactions);
     ABORTED_TXN_DTYPE rows, duplicates removed. A damaged index raises CorruptIndexError naming it."""
     found = []
-    for seg in log.segments_in_range(lower, 2**63 - 1):
+    for seg in log.segments_in_range(lower, INT64_MAX):
         result = TransactionIndex.for_segment(log.fs, log.dir, seg.base_offset).collect_aborted(lower, upper)
         found.append(result.entries)
         if result.is_complete:
