@@ -95,9 +95,9 @@ class SinkOptions:
     lock_timeout_s: float = 600.0  # how long a commit waits for another writer's partition lock
     storage_options: dict = field(default_factory=dict)  # fsspec options from fs.* (e.g. fs.endpoint_url)
     compression_level: int | None = None  # compression.<codec>.level, as Kafka's producer takes it
-    # each micro-batch one Kafka transaction over its partitions (docs/spark.md). Off by default until the
-    # cleaner compacts committed transactional records (issue 24 part 5): today it never maps them
-    transactional: bool = False
+    # each micro-batch one Kafka transaction over its partitions (docs/spark.md); false: the older
+    # per-partition commit, whose partial commits are cut off
+    transactional: bool = True
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS  # Kafka producer's transaction.timeout.ms
 
     @classmethod
@@ -124,7 +124,7 @@ class SinkOptions:
         known = {**{k: SINK_NAMES.get(k, k) for k in WRITER_OPTIONS}, **{k: k for k in CONFIG_KEYS_BY_NAME}}
         note_unknown_options(opts, known, "sink")
         lock_timeout_s = parse_option("lockTimeoutMs", opts.get("locktimeoutms", "600000"), "long", at_least=0) / 1000
-        transactional = parse_option("transactional", opts.get("transactional", "false"), "boolean")
+        transactional = parse_option("transactional", opts.get("transactional", "true"), "boolean")
         txn_timeout = parse_option(
             "transaction.timeout.ms",
             opts.get("transaction.timeout.ms", str(DEFAULT_TRANSACTION_TIMEOUT_MS)),

@@ -44,6 +44,8 @@ def kp_parse(data: bytes) -> list[dict]:
                 "last_offset": batch.last_offset,
                 "max_timestamp": batch.max_timestamp,
                 "crc_ok": batch.validate_crc(),
+                "is_control": batch.is_control_batch,
+                "is_transactional": batch.is_transactional,
                 "records": [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch],
             }
         )

@@ -11,8 +11,10 @@ from tests.helpers.kafka_reference import kafka_recovery_entries, kp_parse
 pytestmark = pytest.mark.spark
 
 
-def log_records(root, topic):
-    """Every record of a topic as kafka-python parses the files: {partition: [(offset, key, value, headers)]}."""
+def log_records(root, topic, *, markers: bool = False):
+    """Every data record of a topic as kafka-python parses the files (what a consumer is given, so no
+    transaction markers): {partition: [(offset, key, value, headers, timestamp)]}; markers=True: the
+    control records instead."""
     lm = LogManager(root)
     out = {}
     for tp in lm.partitions(topic):
@@ -20,8 +22,37 @@ def log_records(root, topic):
         data = b"".join(open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)) if f.endswith(".log"))
         batches = kp_parse(data)
         assert all(b["crc_ok"] for b in batches)
-        out[tp.partition] = [(r[0], r[2], r[3], r[4], r[1]) for b in batches for r in b["records"]]
+        out[tp.partition] = [
+            (r[0], r[2], r[3], r[4], r[1]) for b in batches if b["is_control"] == markers for r in b["records"]
+        ]
     return out
+
+
+def committed_values(root, topic) -> dict:
+    """{partition: [value, ...]} as a read_committed consumer sees them (aborted transactions dropped; the
+    storage reader's read_committed is checked against Kafka's consumer in tests/storage/transactions)."""
+    lm = LogManager(root)
+    out = {}
+    for tp in lm.partitions(topic):
+        with lm.open_log(tp) as log:
+            out[tp.partition] = [
+                v
+                for b in log.read_records(log.log_start_offset, isolation_level="read_committed")
+                for v in b.column("value").to_pylist()
+            ]
+    return out
+
+
+COMMIT_KEY = b"\x00\x00\x00\x01"  # a control record's key: version 0, type COMMIT
+
+
+def assert_dense_with_commit_markers(root, topic):
+    """Each partition's offsets are its data records' and its COMMIT markers' (one per micro-batch that wrote
+    it: the sink's transactions), with no gap and no ABORT."""
+    data, markers = log_records(root, topic), log_records(root, topic, markers=True)
+    for p, rows in data.items():
+        assert all(m[1] == COMMIT_KEY for m in markers[p]), markers[p]
+        assert sorted([r[0] for r in rows] + [m[0] for m in markers[p]]) == list(range(len(rows) + len(markers[p])))
 
 
 def rate_stream(spark, rows_per_second=200):
@@ -100,8 +131,7 @@ def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_pat
     got = log_records(root, "events")
     values = sorted(int(r[2]) for rows in got.values() for r in rows)
     assert values == list(range(3000))
-    for rows in got.values():
-        assert [r[0] for r in rows] == list(range(len(rows)))
+    assert_dense_with_commit_markers(root, "events")
     # every segment's .index is what Kafka's recovery would rebuild from its .log
     segments = 0
     for p in range(3):
@@ -120,8 +150,10 @@ def test_streaming_write_is_read_back_once_and_by_the_cli(spark_session, tmp_pat
 
 
 def test_failed_commit_is_replayed_exactly_once_after_restart(spark_session, tmp_path):
-    """Partition 1 is locked by another writer: the commit appends partition 0, then fails on 1.
-    Restarted from the checkpoint, Spark replays the batch: 0 is skipped, 1 is appended, once."""
+    """Partition 1 is locked by another writer: the commit appends partition 0's data, then fails on 1, so
+    the micro-batch's transaction never commits. Restarted from the checkpoint, the same writer aborts it (an
+    ABORT marker: nothing is cut) and Spark's replay appends the batch as a new transaction: a read_committed
+    reader sees every row once, a read_uncommitted one sees the aborted attempt too."""
     root, ckpt = str(tmp_path / "logs"), str(tmp_path / "ckpt")
     lm = LogManager(root)
     lm.create_topic("t", 2)
@@ -147,12 +179,15 @@ def test_failed_commit_is_replayed_exactly_once_after_restart(spark_session, tmp
             q.awaitTermination(120)
     got = log_records(root, "t")
     assert len(got[0]) == 200 and got[1] == []
+    assert committed_values(root, "t") == {0: [], 1: []}  # data with no COMMIT: not read_committed
     q = run()
     q.awaitTermination(120)
     assert q.exception() is None
-    got = log_records(root, "t")
-    assert sorted(int(r[2]) for r in got[0]) == list(range(0, 400, 2))
-    assert sorted(int(r[2]) for r in got[1]) == list(range(1, 400, 2))
+    got = committed_values(root, "t")
+    assert sorted(int(v) for v in got[0]) == list(range(0, 400, 2))
+    assert sorted(int(v) for v in got[1]) == list(range(1, 400, 2))
+    markers = log_records(root, "t", markers=True)
+    assert [m[1] for m in markers[0]] == [b"\x00\x00\x00\x00", COMMIT_KEY]  # the first attempt aborted
 
 
 def test_task_failure_then_restart_leaves_every_row_once(spark_session, tmp_path):
@@ -189,8 +224,8 @@ def test_task_failure_then_restart_leaves_every_row_once(spark_session, tmp_path
         q.awaitTermination(120)
     q = run()
     q.awaitTermination(120)
-    got = log_records(root, "t")
-    assert sorted(int(r[2]) for rows in got.values() for r in rows) == list(range(1000))
+    got = committed_values(root, "t")
+    assert sorted(int(v) for rows in got.values() for v in rows) == list(range(1000))
     assert not [f for f in os.listdir(root) if f.startswith(".kafkalog-staged-")]
 
 
@@ -219,7 +254,7 @@ def test_two_queries_on_one_topic_both_finish_with_dense_offsets(spark_session, 
         q.awaitTermination(180)
         assert q.exception() is None
     rows = log_records(root, "t")[0]
-    assert [r[0] for r in rows] == list(range(4000))
+    assert_dense_with_commit_markers(root, "t")
     assert sorted(int(r[2]) for r in rows) == list(range(2000)) + list(range(100000, 102000))
 
 

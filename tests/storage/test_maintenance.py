@@ -29,7 +29,8 @@ def records_of(root, topic, partition):
     out = []
     for name in sorted(f for f in os.listdir(d) if f.endswith(".log")):
         for b in kp_parse(open(os.path.join(d, name), "rb").read()):
-            out += [(r[0], r[2], r[3]) for r in b["records"]]  # offset, key, value
+            if not b["is_control"]:  # a consumer never sees transaction markers
+                out += [(r[0], r[2], r[3]) for r in b["records"]]  # offset, key, value
     return out
 
 
