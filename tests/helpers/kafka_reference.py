@@ -46,11 +46,32 @@ def kp_parse(data: bytes) -> list[dict]:
                 "crc_ok": batch.validate_crc(),
                 "is_control": batch.is_control_batch,
                 "is_transactional": batch.is_transactional,
+                "producer_id": batch.producer_id,
                 "records": [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch],
             }
         )
         pos += size
     return out
+
+
+def kp_committed(batches: list[dict]) -> tuple[list[tuple], list[tuple]]:
+    """What a read_committed consumer is given, by brute force over kp_parse's batches in log order (Kafka's
+    rule, independent of the engine): a transactional batch is held per producer until that producer's
+    marker, given on COMMIT (control key type 1), dropped on ABORT (0); non-transactional batches are given at
+    once; control records never. Returns (records given, records of transactions still open at the end)."""
+    given, held = [], {}
+    for b in batches:
+        if b["is_control"]:
+            for r in b["records"]:
+                kind = int.from_bytes(r[2][2:4], "big")
+                pending = held.pop(b["producer_id"], [])
+                if kind == 1:
+                    given += pending
+        elif b["is_transactional"]:
+            held.setdefault(b["producer_id"], []).extend(b["records"])
+        else:
+            given += b["records"]
+    return sorted(given), [r for rs in held.values() for r in rs]
 
 
 def kafka_recovery_entries(batches: list[dict], interval: int, base_offset: int):

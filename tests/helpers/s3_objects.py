@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from tests.helpers.kafka_reference import kafka_recovery_entries, kp_parse
+from tests.helpers.kafka_reference import kafka_recovery_entries, kp_committed, kp_parse
 
 
 def s3fs_of(server):
@@ -26,8 +26,9 @@ def partition_objects(s3, url, topic, partition):
 def check_kafka_files(objs, interval):
     """Segments parse with kafka-python (CRCs good), each named by its first offset, offsets dense across
     them, and their .index/.timeindex are what Kafka's recovery builds (plus the max-timestamp entry a roll
-    writes). Returns the records in offset order: (offset, timestamp, key, value, headers)."""
-    records, expected = [], 0
+    writes). Returns what a read_committed consumer is given, in offset order: (offset, timestamp, key, value,
+    headers)."""
+    all_batches, expected = [], 0
     for name in sorted(n for n in objs if n.endswith(".log")):
         base = int(name[:20])
         batches = kp_parse(objs[name])
@@ -40,8 +41,10 @@ def check_kafka_files(objs, interval):
             timeindex += struct.pack(">qi", max_ts, max_off - base)
         assert objs[name[:20] + ".index"] == index, name
         assert objs[name[:20] + ".timeindex"] == timeindex, name
-        for b in batches:
-            records += b["records"]
+        all_batches += batches
         expected = batches[-1]["last_offset"] + 1
-    assert [r[0] for r in records] == list(range(len(records)))
+    offsets = [r[0] for b in all_batches for r in b["records"]]
+    assert offsets == list(range(len(offsets)))  # data, aborted data and transaction markers: no gap
+    records, still_open = kp_committed(all_batches)
+    assert not still_open, f"{len(still_open)} records of a transaction left open"
     return records

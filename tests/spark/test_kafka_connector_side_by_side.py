@@ -253,7 +253,11 @@ def sides(kafka_broker_session, spark_session, tmp_path_factory):
 
     def kafkalog_write(records):
         rows = [(r["topic"], r["partition"], r["timestamp"], r["key"], r["value"], r["headers"]) for r in records]
-        spark_session.createDataFrame(rows, schema).coalesce(1).write.format("kafkalog").mode("append").save(root)
+        # the broker's side is written by a plain (non-transactional) producer: so is this side, with no
+        # COMMIT markers, so that both topics hold the same records at the same offsets
+        spark_session.createDataFrame(rows, schema).coalesce(1).write.format("kafkalog").mode("append").option(
+            "transactional", "false"
+        ).save(root)
 
     kafkalog_write(ev + evx + cut + aged_old + reuse)
     kafkalog_write(aged_new)

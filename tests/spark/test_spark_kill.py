@@ -26,7 +26,7 @@ from storage.producer_state import STATE_FILE
 from storage.staging.staged_commit import STAGED_PREFIX
 from storage.topic_partition import TopicPartition
 from tests.helpers import REPO
-from tests.helpers.kafka_reference import kp_parse
+from tests.helpers.kafka_reference import kp_committed, kp_parse
 from tests.helpers.spark_procs import kill_session, session_procs
 from tests.spark import spark_kill_driver as driver
 
@@ -247,7 +247,8 @@ def test_kill_driver_at_random_moments_then_restart_every_row_once(tmp_path, pyt
             f"{state['last_commit']}, {what}" + (f", {torn} torn bytes" if torn else "")
         )
 
-    # An independent reader over every .log file: every CRC valid, offsets dense, each row once.
+    # An independent reader over every .log file: every CRC valid, offsets dense (data, aborted data and
+    # transaction markers), each row once in what a read_committed consumer is given, no transaction open.
     values = collections.Counter()
     lm = LogManager(root)
     for p in range(driver.PARTITIONS):
@@ -256,16 +257,18 @@ def test_kill_driver_at_random_moments_then_restart_every_row_once(tmp_path, pyt
         assert all(b["crc_ok"] for b in batches), f"partition {p}: bad CRC"
         offsets = [r[0] for b in batches for r in b["records"]]
         assert offsets == list(range(len(offsets))), f"partition {p}: offsets are not dense"
-        for b in batches:
-            for _, _, key, value, _ in b["records"]:  # the driver's key: null for every 5th row, else id % 11
-                i = int(value)
-                assert key == (None if i % 5 == 0 else str(i % 11).encode()), f"partition {p}: row {i} key {key}"
-                if key is not None:
-                    assert (murmur2(key) & 0x7FFFFFFF) % driver.PARTITIONS == p, f"row {i} in partition {p}"
-                values[i] += 1
+        committed, still_open = kp_committed(batches)
+        assert not still_open, f"partition {p}: {len(still_open)} records of a transaction left open"
+        for _, _, key, value, _ in committed:  # the driver's key: null for every 5th row, else id % 11
+            i = int(value)
+            assert key == (None if i % 5 == 0 else str(i % 11).encode()), f"partition {p}: row {i} key {key}"
+            if key is not None:
+                assert (murmur2(key) & 0x7FFFFFFF) % driver.PARTITIONS == p, f"row {i} in partition {p}"
+            values[i] += 1
         with lm.open_log(TopicPartition(driver.TOPIC, p)) as log:
             assert log.log_end_offset == len(offsets)
-            assert sum(b.num_rows for b in log.read_records(log.log_start_offset)) == len(offsets)
+            read = log.read_records(log.log_start_offset, isolation_level="read_committed")
+            assert sum(b.num_rows for b in read) == len(committed)
     twice = sorted(v for v, c in values.items() if c > 1)
     missing = sorted(set(range(n_rows)) - set(values))
     extra = sorted(set(values) - set(range(n_rows)))
