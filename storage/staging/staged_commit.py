@@ -41,7 +41,9 @@ from ..producer_state import stamp_commit
 from ..records.record_batch import CRC_OFFSET, RECORDS_COUNT_OFFSET
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
 from ..transactions.transaction_coordinator import (
+    ABORT,
     COMMIT,
+    COMMIT_HORIZON_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     TransactionRef,
     decide,
@@ -184,10 +186,12 @@ def _commit_transaction(
             written[tp] = got
     if not written:
         return
+    # a transaction older than COMMIT_HORIZON_MS may have had its abort decision deleted: never commit it
+    late = clock.milliseconds() - txn.started_ms > COMMIT_HORIZON_MS
     outcome = decide(
         lm.fs,
         txn.decision,
-        COMMIT,
+        ABORT if late else COMMIT,
         {
             "partitions": [[tp.topic, tp.partition, first] for tp, (first, _, _) in sorted(written.items())],
             "timestamp": clock.milliseconds(),
@@ -201,7 +205,8 @@ def _commit_transaction(
     if outcome != COMMIT:
         raise TransactionAbortedError(
             f"batch {batch_id} of writer {writer_id} was aborted by another opener (its transaction "
-            f"{lm.fs.url(txn.decision)} was open longer than {timeout_ms} ms) before it could commit: "
+            f"{lm.fs.url(txn.decision)} was open longer than {timeout_ms} ms) before it could commit"
+            f"{', or by itself (older than the commit horizon)' if late else ''}: "
             f"ABORT markers were written in its {len(written)} partitions; the replay is a new transaction"
         )
     delete_decision(lm.fs, txn.decision)

@@ -228,6 +228,8 @@ def test_a_crash_at_any_step_leaves_every_micro_batch_committed_once_or_not_at_a
         assert view[p][1] == after[-1]["last_offset"] + 1  # nothing left open
         aborts = [b["base_offset"] for b in after if b["control"] and b["records"][0][1] == b"\x00\x00\x00\x00"]
         assert [e[2] for e in txn_index_entries(lm, p)] == aborts
+        if decided:  # a transaction decided "commit" is rolled forward everywhere, never aborted
+            assert aborts == []
 
 
 def test_an_open_transaction_holds_the_lso_until_its_timeout_then_is_aborted(store, monkeypatch):
@@ -317,3 +319,95 @@ def test_the_transaction_file_names_the_open_transaction_and_its_batch(store, mo
         (p,) = state.pending_transactions()
         assert (p.writer_id, p.first_offset, p.batch_id) == (W, 0, 3) and p.transaction is not None
         assert state.entry(W).committed_batch_id == -1  # open data is not a commit
+
+
+# ---------------------------------------------------------------- the maintenance job and decision files
+
+
+def crash_after_step(monkeypatch, name: str, k: int = 1):
+    """Make the k-th call of staged_commit's `name` die right after it returns."""
+    real = getattr(sc, name)
+    calls = {"n": 0}
+
+    def wrapped(*a, **kw):
+        out = real(*a, **kw)
+        calls["n"] += 1
+        if calls["n"] == k:
+            raise Crash(f"after {name} {k}")
+        return out
+
+    monkeypatch.setattr(sc, name, wrapped)
+
+
+def decisions(lm) -> list[str]:
+    lm.fs.invalidate_listings()
+    d = lm.fs.join(lm.root, TRANSACTIONS_DIR, str(W))
+    return [json.loads(lm.fs.read(lm.fs.join(d, f.name)))["decision"] for f in lm.fs.listdir(d)]
+
+
+def maintain(store, now_ms):
+    from storage.log_maintenance import run_once
+
+    lm = store.manager()
+    return run_once(lm.root, now_ms=now_ms, storage_options=store.opts, fs=lm.fs if store.kind == "memory" else None)
+
+
+@pytest.mark.parametrize("step", ["decide", "_transaction_marker_immutable"])
+def test_the_maintenance_job_rolls_a_dead_writers_commit_forward_then_deletes_its_decision(store, monkeypatch, step):
+    from storage.log_maintenance import expire_transaction_decisions
+
+    lm = store.manager()
+    lm.create_topic("t", PARTITIONS)
+    with monkeypatch.context() as m:
+        crash_after_step(m, step)
+        with pytest.raises(Crash):
+            commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True, time=MockTime(T0))
+    assert decisions(lm) == ["commit"]
+    assert expire_transaction_decisions(store.manager(), T0) == []  # a partition still lacks its marker: kept
+    reports = maintain(store, T0)
+    assert not [e for r in reports for e in r.errors]
+    assert decisions(lm) == []
+    view = committed_view(store)
+    check_readers_agree(view)
+    assert all_values(view) == expected_values([0])
+
+
+def test_the_maintenance_job_aborts_a_transaction_past_its_timeout_and_expires_its_decision_after_7_days(
+    store, monkeypatch
+):
+    lm = store.manager()
+    lm.create_topic("t", PARTITIONS)
+    with monkeypatch.context() as m:
+        crash_after_step(m, "_transaction_data_immutable", 2)
+        with pytest.raises(Crash):
+            commit_staged(
+                lm, W, 0, [stage(lm, table(0))], transactional=True, time=MockTime(T0), transaction_timeout_ms=TIMEOUT
+            )
+    reports = maintain(store, T0 + TIMEOUT // 2)
+    assert not [e for r in reports for e in r.errors] and not [t for r in reports for t in r.transactions_resolved]
+    assert [v[1] for v in committed_view(store).values()] == [0, 0, 0]  # held at the open transaction
+    reports = maintain(store, T0 + TIMEOUT + 1)
+    assert len([t for r in reports for t in r.transactions_resolved]) == 2
+    view = committed_view(store)
+    check_readers_agree(view)
+    assert all_values(view) == []
+    for p in range(PARTITIONS):  # nothing is left open: the LSO is the log end
+        batches = kp_batches(partition_bytes(lm, p))
+        assert view[p][1] == (batches[-1]["last_offset"] + 1 if batches else 0)
+    assert decisions(lm) == ["abort"]
+    maintain(store, SYSTEM_TIME.milliseconds() + 6 * 24 * 3600 * 1000)
+    assert decisions(lm) == ["abort"]
+    maintain(store, SYSTEM_TIME.milliseconds() + 7 * 24 * 3600 * 1000 + 60_000)
+    assert decisions(lm) == []
+
+
+def test_a_writer_never_commits_a_transaction_older_than_the_commit_horizon(store, monkeypatch):
+    """An abort decision is deleted after 7 days; a writer reaching its decision later than COMMIT_HORIZON_MS
+    after its transaction began aborts it instead, so a deleted abort cannot be overtaken by a late commit."""
+    lm = store.manager()
+    lm.create_topic("t", 1)
+    monkeypatch.setattr(sc, "COMMIT_HORIZON_MS", -1)  # every transaction is "too old" when its data is in
+    with pytest.raises(TransactionAbortedError, match="commit horizon"):
+        commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True, time=MockTime(T0))
+    assert decisions(lm) == ["abort"] and len(txn_index_entries(lm, 0)) == 1
+    assert committed_view(store, 1)[0][0] == []
