@@ -7,8 +7,9 @@ bytes go in, so a crash mid-commit is rolled back (or completed) by the next wri
 partition. The state lives in `<partition dir>/kafkalog-producer-state.json`, a file Kafka ignores.
 
 Where there are no locks (immutable segments on object stores) nothing can be marked pending:
-ObjectProducerStateManager reads the state from the batches themselves (see its docstring), and
-the same file holds only a hint. producer_state_for(log) picks the flavour.
+ObjectProducerStateManager reads the state from the batches themselves (see its docstring), the
+same file holds only a hint, and a sink transaction still open is tied to its decision by the writer's
+`kafkalog-txn-<writer id>.json`. producer_state_for(log) picks the flavour.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ transactional bit, producerId = writer id, producerEpoch 0 and baseSequence = ba
 partition's data is durable the decision "commit" is created (create-only, once), then each partition gets
 its COMMIT marker. A crash before the decision leaves the data to be aborted (ABORT marker, `.txnindex`),
 never cut; after it, the next opener writes the missing markers. Without it, a partial commit is cut off
-by the next opener (the weaker, older behaviour).
+by the next opener (the weaker, older behaviour). On immutable segments the transaction runs the same way
+with create-only objects (_transaction_data_immutable, _marker_immutable): data and marker objects retried
+on a lost race, the writer's transaction file in the partition tying its open data to the decision.
 
 On a filesystem without append or locks (object stores: immutable segments) the commit reads a
 partition's staged objects (ranged GETs), stamps every batch with the batch id
