@@ -411,3 +411,35 @@ def test_a_writer_never_commits_a_transaction_older_than_the_commit_horizon(stor
         commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True, time=MockTime(T0))
     assert decisions(lm) == ["abort"] and len(txn_index_entries(lm, 0)) == 1
     assert committed_view(store, 1)[0][0] == []
+
+
+def test_the_merge_of_small_segments_stops_at_an_open_transaction(monkeypatch):
+    """The maintenance job merges small segment objects below the hint's asOf only; asOf never passes an open
+    transaction, whose data object must stay the first batch of its own segment (where recovery finds it)."""
+    from storage.cleaner.segment_merger import merge_small_segments
+
+    store = Store("memory")
+    lm = store.manager()
+    lm.create_topic("t", 1)
+    for b in range(3):  # small committed segments before
+        commit_staged(lm, 7, b, [stage(lm, table(b, 5), writer=7)], transactional=True, time=MockTime(T0))
+    with monkeypatch.context() as m:
+        crash_after_step(m, "_transaction_data_immutable")
+        with pytest.raises(Crash):
+            commit_staged(store.manager(), W, 0, [stage(lm, table(9, 5))], transactional=True, time=MockTime(T0))
+    for b in range(3, 6):  # and after it
+        commit_staged(store.manager(), 7, b, [stage(lm, table(b, 5), writer=7)], transactional=True, time=MockTime(T0))
+    tp = TopicPartition("t", 0)
+    with store.manager().open_log(tp) as log:
+        (first,) = [s.base_offset for s in log.segments if s.size][6:7]  # 3 x (data, marker), then the open data
+        res = merge_small_segments(log, now_ms=T0, min_age_ms=0)
+    assert res.groups  # the segments before the open transaction were merged
+    with store.manager().open_log(tp, writable=True) as log:
+        assert first in [s.base_offset for s in log.segments]
+        (p,) = log.producer_state.pending_transactions()
+        assert (p.writer_id, p.first_offset, p.batch_id) == (W, first, 0)
+        assert log.producer_state.entry(7).committed_batch_id == 5
+        assert log.producer_state.resolve_pending(log, opener=W)[0].startswith("aborted batch 0")
+    view = committed_view(store, 1)
+    check_readers_agree(view)
+    assert sorted(view[0][0]) == sorted(f"b{b}-{i}".encode() for b in range(6) for i in range(5))
