@@ -458,7 +458,8 @@ def txn_file_name(writer_id: int) -> str:
 @dataclass(frozen=True)
 class PendingTransaction:
     """A writer's transaction still open in a partition of immutable segments, found in the log: its first data
-    object's base offset and batch id (baseSequence), and the writer's transaction file (None when missing)."""
+    object's base offset and batch id (baseSequence), and the transaction the writer's transaction file names
+    for exactly that batch and offset (None when the file is missing or names another)."""
 
     writer_id: int
     first_offset: int
@@ -627,16 +628,21 @@ class ObjectProducerStateManager:
         if not 0 <= batch_id <= MAX_BATCH_ID:
             raise KafkaStorageError(f"batch id {batch_id} of writer {writer_id} does not fit baseSequence (int32)")
         if transaction is not None:
-            doc = {"version": TXN_FILE_VERSION, "batch_id": batch_id, "transaction": transaction.to_json()}
+            doc = {
+                "version": TXN_FILE_VERSION,
+                "batch_id": batch_id,
+                "first_offset": first_offset,  # where the create-only data object goes (rewritten on each retry)
+                "transaction": transaction.to_json(),
+            }
             self.fs.write_atomic(self.txn_path(writer_id), json.dumps(doc, sort_keys=True).encode())
         self._pending[writer_id] = PendingCommit(batch_id, first_offset, next_offset, transaction)
 
     def txn_path(self, writer_id: int) -> str:
         return self.fs.join(self.log.dir, txn_file_name(writer_id))
 
-    def read_txn_file(self, writer_id: int) -> tuple[int, TransactionRef] | None:
-        """(batch id, transaction) of the writer's transaction file in this partition, None when there is none;
-        a damaged file is an error naming it."""
+    def read_txn_file(self, writer_id: int) -> tuple[int, int, TransactionRef] | None:
+        """(batch id, first offset, transaction) of the writer's transaction file in this partition, None when
+        there is none; a damaged file is an error naming it."""
         path = self.txn_path(writer_id)
         try:
             raw = _read_bounded(self.fs, path)
@@ -651,7 +657,8 @@ class ObjectProducerStateManager:
             if doc["version"] != TXN_FILE_VERSION:
                 raise ValueError(f"version {doc['version']!r}, expected {TXN_FILE_VERSION}")
             batch = _long(doc["batch_id"], "batch_id")
-            return batch, TransactionRef.from_json(doc["transaction"])
+            first = _long(doc["first_offset"], "first_offset")
+            return batch, first, TransactionRef.from_json(doc["transaction"])
         except (ValueError, KeyError, TypeError) as e:
             raise KafkaStorageError(f"transaction file {self.fs.url(path)} is not valid ({e})") from None
 
@@ -734,14 +741,18 @@ class ObjectProducerStateManager:
         out = []
         for wid, (batch, base) in sorted(open_.items(), key=lambda kv: kv[1][1]):
             got = self.read_txn_file(wid)
-            txn = got[1] if got is not None and got[0] == batch else None
-            if got is not None and got[0] != batch:
+            # the file names this data (batch id and offset), or it was rewritten by a view newer than ours
+            txn = got[2] if got is not None and got[:2] == (batch, base) else None
+            if got is not None and txn is None:
                 logger.warning(
-                    "%s: transaction file of writer %d names batch %d, its open data is batch %d",
+                    "%s: transaction file of writer %d names batch %d at offset %d, its open data is batch %d at "
+                    "offset %d; left open",
                     self.fs.url(self.txn_path(wid)),
                     wid,
                     got[0],
+                    got[1],
                     batch,
+                    base,
                 )
             out.append(PendingTransaction(wid, base, batch, txn))
         return out

@@ -312,7 +312,7 @@ def test_the_transaction_file_names_the_open_transaction_and_its_batch(store, mo
     tp = TopicPartition("t", 0)
     path = lm.fs.join(lm.partition_dir(tp), txn_file_name(W))
     doc = json.loads(lm.fs.read(path))
-    assert doc["batch_id"] == 3 and doc["transaction"]["started_ms"] == T0
+    assert doc["batch_id"] == 3 and doc["first_offset"] == 0 and doc["transaction"]["started_ms"] == T0
     with store.manager().open_log(tp, writable=True) as log:
         state = log.producer_state
         assert isinstance(state, ObjectProducerStateManager)
@@ -443,3 +443,39 @@ def test_the_merge_of_small_segments_stops_at_an_open_transaction(monkeypatch):
     view = committed_view(store, 1)
     check_readers_agree(view)
     assert sorted(view[0][0]) == sorted(f"b{b}-{i}".encode() for b in range(6) for i in range(5))
+
+
+def test_requests_of_one_transactional_commit_on_s3(s3_server, s3_root):
+    """What one uncontended transactional commit into one partition costs on S3 beside a plain one (printed;
+    the assertions pin the protocol's writes: transaction file, data object, decision, marker object, hint)."""
+    url, opts = s3_root
+    LogManager(url, opts).create_topic("t", 1)
+    counts = {}
+    for transactional in (False, True):
+        w = 5 if transactional else 6
+        for b in range(3):
+            commit_staged(
+                LogManager(url, opts),
+                w,
+                b,
+                [stage(LogManager(url, opts), table(b, 5), writer=w)],
+                transactional=transactional,
+            )
+        staged = stage(LogManager(url, opts), table(3, 5), writer=w)
+        mark = s3_server.log.mark()
+        commit_staged(LogManager(url, opts), w, 3, [staged], transactional=transactional)
+        reqs = s3_server.log.since(mark)
+        counts[transactional] = reqs
+    puts = [r.path.rsplit("/", 1)[-1] for r in counts[True] if r.method == "PUT"]
+    data = [n for n in puts if n.endswith(".log")]
+    assert len(data) == 2  # the data object, then the marker object
+    assert puts[0] == txn_file_name(5) and puts[1:4] == [data[0], data[0][:-4] + ".index", data[0][:-4] + ".timeindex"]
+    assert puts[4].split("-")[0] == "3"  # the decision, <batch id>-<attempt>
+    assert puts[5:8] == [data[1], data[1][:-4] + ".index", data[1][:-4] + ".timeindex"]
+    assert puts[8:] == ["kafkalog-producer-state.json"]
+    deletes = [r.path.rsplit("/", 1)[-1] for r in counts[True] if r.method == "DELETE"]
+    assert puts[4] in deletes  # the decision, once the marker is in
+    from collections import Counter
+
+    for transactional, reqs in counts.items():
+        print(f"transactional={transactional}: {len(reqs)} requests {dict(Counter(r.method for r in reqs))}")
