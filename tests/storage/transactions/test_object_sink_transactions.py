@@ -348,8 +348,10 @@ def decisions(lm) -> list[str]:
 def maintain(store, now_ms):
     from storage.log_maintenance import run_once
 
-    lm = store.manager()
-    return run_once(lm.root, now_ms=now_ms, storage_options=store.opts, fs=lm.fs if store.kind == "memory" else None)
+    if store.kind == "memory":
+        lm = store.manager()
+        return run_once(lm.root, now_ms=now_ms, fs=lm.fs)
+    return run_once(store.root, now_ms=now_ms, storage_options=store.opts)
 
 
 @pytest.mark.parametrize("step", ["decide", "_transaction_marker_immutable"])
