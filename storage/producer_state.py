@@ -774,6 +774,7 @@ class ObjectProducerStateManager:
         done: list[str] = []
         where = f"{log.tp.topic}-{log.tp.partition}"
         pending = self.pending_transactions()
+        ended: set[int] = set()  # writers whose transaction this pass ended (no longer open for the LSO)
         for p in pending:
             txn = p.transaction
             if txn is None:
@@ -796,7 +797,7 @@ class ObjectProducerStateManager:
                     continue
                 why = "its writer restarted" if opener == p.writer_id else f"open longer than {txn.timeout_ms} ms"
                 outcome = decide(self.fs, txn.decision, ABORT, {"partition": where, "reason": why, "timestamp": now})
-            others = [q.first_offset for q in pending if q.writer_id != p.writer_id]
+            others = [q.first_offset for q in pending if q.writer_id != p.writer_id and q.writer_id not in ended]
             # pending while its marker goes in: appended() then leaves the hint to the end of this pass
             self._pending[p.writer_id] = PendingCommit(p.batch_id, p.first_offset, p.first_offset, txn)
             try:
@@ -812,6 +813,7 @@ class ObjectProducerStateManager:
                 write_txn_index_object(
                     log, AbortedTxn(p.writer_id, p.first_offset, marker, min(later, default=marker + 1))
                 )
+            ended.add(p.writer_id)
             verb = "committed" if outcome == COMMIT else "aborted"
             done.append(f"{verb} batch {p.batch_id} of writer {p.writer_id} (offsets {p.first_offset}..{marker})")
         for line in done:

@@ -481,3 +481,41 @@ def test_requests_of_one_transactional_commit_on_s3(s3_server, s3_root):
 
     for transactional, reqs in counts.items():
         print(f"transactional={transactional}: {len(reqs)} requests {dict(Counter(r.method for r in reqs))}")
+
+
+def test_two_open_transactions_ended_in_one_pass_get_kafkas_last_stable_offsets(monkeypatch):
+    """Kafka's lastStableOffset of an aborted transaction: the first offset of the earliest other transaction
+    still open when its ABORT marker is written, else the marker's offset + 1; one that this pass already ended
+    is no longer open. Checked against the values by hand and against the read side's rebuild from the markers
+    (TransactionScan), which a missing `.txnindex` falls back to."""
+    from storage.transactions.transaction_state import TransactionScan
+
+    store = Store("memory")
+    lm = store.manager()
+    lm.create_topic("t", 1)
+    for writer in (W, 77):
+        with monkeypatch.context() as m:
+            crash_after_step(m, "_transaction_data_immutable")
+            with pytest.raises(Crash):
+                commit_staged(
+                    store.manager(),
+                    writer,
+                    0,
+                    [stage(lm, table(writer), writer=writer)],
+                    transactional=True,
+                    time=MockTime(T0),
+                )
+    tp = TopicPartition("t", 0)
+    with store.manager().open_log(tp, writable=True) as log:
+        first77 = log.producer_state.pending_transactions()[1].first_offset
+        done = log.producer_state.resolve_pending(log, now_ms=T0 + 10 * 60_000)
+        assert len(done) == 2
+        m1, m2 = log.log_end_offset - 2, log.log_end_offset - 1
+    assert txn_index_entries(lm, 0) == [(W, 0, m1, first77), (77, first77, m2, m2 + 1)]
+    with store.manager().open_log(tp) as log:
+        scan = TransactionScan("t-0")
+        rebuilt = [t for chunk in log.read(0) for t in scan.feed(chunk)]
+    assert [tuple(t) for t in rebuilt] == txn_index_entries(lm, 0)
+    view = committed_view(store, 1)
+    check_readers_agree(view)
+    assert view[0][0] == [] and view[0][1] == m2 + 1
