@@ -519,3 +519,27 @@ def test_two_open_transactions_ended_in_one_pass_get_kafkas_last_stable_offsets(
     view = committed_view(store, 1)
     check_readers_agree(view)
     assert view[0][0] == [] and view[0][1] == m2 + 1
+
+
+def test_on_local_disk_the_maintenance_job_deletes_a_dead_writers_commit_decision_and_old_aborts(root, monkeypatch):
+    """The decision files' expiry is the same on local disks: a dead writer's commit decision goes once every
+    partition has its marker (the pass rolls it forward first), an abort after 7 days."""
+    import os
+
+    from storage.log_maintenance import run_once
+
+    lm = LogManager(root)
+    lm.create_topic("t", PARTITIONS)
+    with monkeypatch.context() as m:
+        crash_after_step(m, "decide")
+        with pytest.raises(Crash):
+            commit_staged(lm, W, 0, [stage(lm, table(0))], transactional=True, time=MockTime(T0))
+    d = os.path.join(root, TRANSACTIONS_DIR, str(W))
+    (name,) = os.listdir(d)
+    run_once(root, now_ms=T0)
+    assert os.listdir(d) == []
+    decide(lm.fs, os.path.join(d, "9-abc"), ABORT, {"reason": "test"})
+    run_once(root, now_ms=SYSTEM_TIME.milliseconds() + 6 * 24 * 3600 * 1000)
+    assert os.listdir(d) == ["9-abc"]
+    run_once(root, now_ms=SYSTEM_TIME.milliseconds() + 7 * 24 * 3600 * 1000 + 60_000)
+    assert os.listdir(d) == []
