@@ -283,7 +283,7 @@ def settle_hint(log, bound: int, cache: dict | None = None) -> int:
                 mgr.headers[seg.base_offset] = (hd.producer_id, hd.producer_epoch, hd.base_sequence)
     if not mgr.update_hint({}, as_of=bound):  # not written: only what the old hint covers is safe
         return max(min(bound, mgr.as_of), -1)
-    return bound
+    return min(bound, mgr.as_of)  # never past an open transaction (the hint's asOf stops at it)
 
 
 def swap_path(fs: LogFileSystem, dir: str, base: int, suffix: str = LOG_FILE_SUFFIX) -> str:

@@ -14,7 +14,9 @@ transactional bit, producerId = writer id, producerEpoch 0 and baseSequence = ba
 partition's data is durable the decision "commit" is created (create-only, once), then each partition gets
 its COMMIT marker. A crash before the decision leaves the data to be aborted (ABORT marker, `.txnindex`),
 never cut; after it, the next opener writes the missing markers. Without it, a partial commit is cut off
-by the next opener (the weaker, older behaviour).
+by the next opener (the weaker, older behaviour). On immutable segments the transaction runs the same way
+with create-only objects (_transaction_data_immutable, _marker_immutable): data and marker objects retried
+on a lost race, the writer's transaction file in the partition tying its open data to the decision.
 
 On a filesystem without append or locks (object stores: immutable segments) the commit reads a
 partition's staged objects (ranged GETs), stamps every batch with the batch id
@@ -41,7 +43,9 @@ from ..producer_state import stamp_commit
 from ..records.record_batch import CRC_OFFSET, RECORDS_COUNT_OFFSET
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
 from ..transactions.transaction_coordinator import (
+    ABORT,
     COMMIT,
+    COMMIT_HORIZON_MS,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     TransactionRef,
     decide,
@@ -124,19 +128,20 @@ def commit_staged(
         for p in f.partitions:
             by_tp.setdefault(TopicPartition(p.topic, p.partition), []).append(p)
     immutable = immutable_segments(lm.fs)
-    if transactional and immutable:
-        log.warning(
-            "%s: transactional commits are not implemented on immutable segments (object stores) yet: "
-            "batch %d of writer %d is committed partition by partition, each partition atomically",
-            lm.url(),
-            batch_id,
-            writer_id,
-        )
-        transactional = False
     with lm.snapshot():  # topic and checkpoint files read once, recovery points written once
         if transactional:
             _commit_transaction(
-                lm, by_tp, writer_id, batch_id, result, ephemeral, lock_timeout, transaction_timeout_ms, time
+                lm,
+                by_tp,
+                writer_id,
+                batch_id,
+                result,
+                ephemeral,
+                lock_timeout,
+                transaction_timeout_ms,
+                time,
+                immutable=immutable,
+                retries=conflict_retries,
             )
         else:
             _commit_partitions(
@@ -156,38 +161,54 @@ def _commit_transaction(
     lock_timeout: float | None,
     timeout_ms: int,
     clock: Time,
+    *,
+    immutable: bool = False,
+    retries: int = CONFLICT_RETRIES,
 ) -> None:
     """One transaction over every partition: durable data everywhere, the decision once, then markers."""
     for path, parts in leftover_commits(lm.fs, lm.root, writer_id):  # a previous driver died among its markers
         for topic, partition in parts:  # opening rolls the transaction forward (the loader's resolve_pending)
-            with lm.open_log(TopicPartition(topic, partition), writable=True, lock_timeout=lock_timeout):
+            tp = TopicPartition(topic, partition)
+            if immutable:  # a marker may lose the race for the log end: until the partition's is in
+                _marker_immutable(lm, tp, writer_id, False, lock_timeout, retries, clock)
+                continue
+            with lm.open_log(tp, writable=True, lock_timeout=lock_timeout):
                 pass
         delete_decision(lm.fs, path)
     txn = new_transaction(lm.fs, lm.root, writer_id, batch_id, timeout_ms=timeout_ms, now_ms=clock.milliseconds())
     written: dict[TopicPartition, tuple[int, int, int]] = {}  # tp -> (first, last data offset, records)
     for tp in sorted(by_tp):
-        got = _transaction_data(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout)
+        if immutable:
+            got = _transaction_data_immutable(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout, retries, clock)
+        else:
+            got = _transaction_data(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout)
         if got is None:
             result.skipped.append(tp)
         else:
             written[tp] = got
     if not written:
         return
+    # a transaction older than COMMIT_HORIZON_MS may have had its abort decision deleted: never commit it
+    late = clock.milliseconds() - txn.started_ms > COMMIT_HORIZON_MS
     outcome = decide(
         lm.fs,
         txn.decision,
-        COMMIT,
+        ABORT if late else COMMIT,
         {
             "partitions": [[tp.topic, tp.partition, first] for tp, (first, _, _) in sorted(written.items())],
             "timestamp": clock.milliseconds(),
         },
     )
     for tp in sorted(written):
-        _transaction_marker(lm, tp, writer_id, txn, ephemeral, lock_timeout)
+        if immutable:
+            _transaction_marker_immutable(lm, tp, writer_id, ephemeral, lock_timeout, retries, clock)
+        else:
+            _transaction_marker(lm, tp, writer_id, txn, ephemeral, lock_timeout)
     if outcome != COMMIT:
         raise TransactionAbortedError(
             f"batch {batch_id} of writer {writer_id} was aborted by another opener (its transaction "
-            f"{lm.fs.url(txn.decision)} was open longer than {timeout_ms} ms) before it could commit: "
+            f"{lm.fs.url(txn.decision)} was open longer than {timeout_ms} ms) before it could commit"
+            f"{', or by itself (older than the commit horizon)' if late else ''}: "
             f"ABORT markers were written in its {len(written)} partitions; the replay is a new transaction"
         )
     delete_decision(lm.fs, txn.decision)
@@ -234,6 +255,94 @@ def _transaction_marker(
             raise KafkaStorageError(f"{tp}: transaction {lm.fs.url(txn.decision)} is decided but still open")
         if ephemeral:
             state.forget(writer_id)
+
+
+def _transaction_data_immutable(
+    lm: LogManager,
+    tp: TopicPartition,
+    pieces: list[StagedPartition],
+    writer_id: int,
+    batch_id: int,
+    txn: TransactionRef,
+    lock_timeout: float | None,
+    retries: int,
+    clock: Time,
+) -> tuple[int, int, int] | None:
+    """A partition's data on immutable segments: once the writer's own earlier transaction here is ended
+    (resolve_pending as its opener), the writer's transaction file names `txn`, then the stamped data goes in
+    as one create-only object, retried on a lost race as _commit_immutable does. None if the batch is in."""
+    data = None
+    headers: dict = {}  # first batch headers by base offset, kept across attempts (segments are immutable)
+    lost: ConcurrentAppendError | None = None
+    for attempt in range(max(1, retries)):
+        if attempt:  # back off a little, more after each loss
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+        for d in lm.log_dirs:  # one LIST each answers open_log's existence checks from the listing cache
+            lm.fs.listdir(d)
+        with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+            state = plog.producer_state
+            state.headers.update(headers)
+            headers = state.headers
+            state.resolve_pending(plog, opener=writer_id, now_ms=clock.milliseconds())
+            if writer_id in state.transactions()[1]:  # its marker lost the race: reopen and end it first
+                continue
+            if state.entry(writer_id).committed_batch_id >= batch_id:
+                log.info("%s: batch %d of writer %d is already in the log; skipped", tp, batch_id, writer_id)
+                return None
+            if data is None:  # one buffer: the partition's data must be one object
+                data = _read_stamped(lm, tp, pieces, writer_id, batch_id, plog.max_batch_size, transactional=True)
+            first = plog.log_end_offset
+            state.begin(writer_id, batch_id, first, first + sum(p.next_offset for p in pieces), txn)
+            try:
+                plog.append(data)  # patched in place (offsets, LogAppendTime); every attempt redoes all of it
+            except ConcurrentAppendError as e:
+                log.info(
+                    "%s: transaction data of batch %d lost offset %d (attempt %d)", tp, batch_id, first, attempt + 1
+                )
+                lost = e
+                continue
+            state.complete(writer_id)
+            return first, plog.log_end_offset - 1, sum(p.records for p in pieces)
+    raise ConcurrentAppendError(
+        f"{tp.topic}-{tp.partition}: batch {batch_id} of writer {writer_id} lost the race for the log end to other "
+        f"writers {max(1, retries)} times; its transaction stays open until it is aborted",
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=lost.offset if lost is not None else -1,
+    )
+
+
+def _transaction_marker_immutable(
+    lm: LogManager, tp: TopicPartition, writer_id: int, ephemeral: bool, lock_timeout, retries: int, clock: Time
+) -> None:
+    """The marker phase on immutable segments (crash tests count these calls): see _marker_immutable."""
+    _marker_immutable(lm, tp, writer_id, ephemeral, lock_timeout, retries, clock)
+
+
+def _marker_immutable(
+    lm: LogManager, tp: TopicPartition, writer_id: int, ephemeral: bool, lock_timeout, retries: int, clock: Time
+) -> None:
+    """Open the partition until the writer has no transaction open in it: each opening ends the decided
+    transactions (resolve_pending); a marker that lost the race for the log end is retried after a reopen."""
+    for attempt in range(max(1, retries)):
+        if attempt:
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+        for d in lm.log_dirs:
+            lm.fs.listdir(d)
+        with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+            state = plog.producer_state
+            state.resolve_pending(plog, now_ms=clock.milliseconds())
+            if writer_id not in state.transactions()[1]:
+                if ephemeral:
+                    state.forget(writer_id)
+                return
+    raise ConcurrentAppendError(
+        f"{tp.topic}-{tp.partition}: the marker of writer {writer_id}'s transaction lost the race for the log end "
+        f"{max(1, retries)} times; the next opener of the partition writes it",
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=-1,
+    )
 
 
 def _commit_partitions(
@@ -383,13 +492,20 @@ def _read_stamped(
     writer_id: int,
     batch_id: int,
     max_batch_size: int,
+    *,
+    transactional: bool = False,
 ) -> bytearray:
     data = bytearray()
     for piece in pieces:
         for chunk in read_staged(lm, piece):
             data += chunk
     stamp_commit(
-        data, writer_id, batch_id, max_batch_size=max_batch_size, source=f"staged batches of {tp.topic}-{tp.partition}"
+        data,
+        writer_id,
+        batch_id,
+        max_batch_size=max_batch_size,
+        source=f"staged batches of {tp.topic}-{tp.partition}",
+        transactional=transactional,
     )
     return data
 

@@ -12,6 +12,7 @@ the other obeys, so a transaction is committed in every partition or aborted in 
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from ..records.record_batch import (
     compute_crc,
 )
 from .transaction_index import AbortedTxn, TransactionIndex
+
+logger = logging.getLogger(__name__)
 
 TRANSACTIONS_DIR = ".kafkalog-transactions"  # under the first log dir; no topic-partition name, Kafka skips it
 COMMIT = "commit"
@@ -155,6 +158,53 @@ def leftover_commits(fs: LogFileSystem, root: str, writer_id: int) -> list[tuple
         except (KeyError, TypeError, ValueError) as e:
             raise KafkaStorageError(f"transaction decision {fs.url(path)} names no valid partitions ({e})") from None
         out.append((path, parts))
+    return out
+
+
+# How long an abort decision is kept (Kafka's transactional.id.expiration.ms default, 7 days): every partition
+# still open in its transaction finds it and aborts, and a writer that reaches its commit later than this after
+# its transaction began aborts instead (COMMIT_HORIZON_MS), so a deleted abort cannot let a late commit win
+ABORT_DECISION_RETENTION_MS = 7 * 24 * 3600 * 1000
+# the writer's own limit: a transaction older than this when its data is in is aborted, not committed; a day
+# below the abort decisions' retention, for a writer paused between its check and its create-only write
+COMMIT_HORIZON_MS = ABORT_DECISION_RETENTION_MS - 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class DecisionFile:
+    """A decision on disk as the maintenance job sees it: its path, writer id, outcome, the partitions a
+    commit names with their first data offsets (an abort names none: [] ), and when it was written (ms)."""
+
+    path: str
+    writer_id: int
+    outcome: str
+    partitions: tuple[tuple[str, int, int], ...]
+    modified_ms: int
+
+
+def list_decisions(fs: LogFileSystem, root: str) -> list[DecisionFile]:
+    """Every decision file under the root (all writers); a damaged one is skipped with a warning, kept."""
+    out = []
+    top = fs.join(root, TRANSACTIONS_DIR)
+    for w in fs.listdir(top):
+        if not w.is_dir or not w.name.isdigit():
+            continue
+        d = fs.join(top, w.name)
+        for f in fs.listdir(d):
+            path = fs.join(d, f.name)
+            if f.is_dir or ".tmp" in f.name:
+                continue
+            try:
+                outcome = read_decision(fs, path)
+                if outcome is None:
+                    continue
+                parts: list[tuple[str, int, int]] = []
+                if outcome == COMMIT:
+                    doc = json.loads(fs.read(path, 0, MAX_DECISION_BYTES))
+                    parts = [(str(t), int(p), int(first)) for t, p, first in doc["partitions"]]
+                out.append(DecisionFile(path, int(w.name), outcome, tuple(parts), fs.modified_ms(path)))
+            except (KafkaStorageError, KeyError, TypeError, ValueError) as e:
+                logger.warning("transaction decision %s kept: %s", fs.url(path), e)
     return out
 
 
