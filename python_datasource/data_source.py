@@ -6,12 +6,10 @@ from pyspark.sql.datasource import DataSource
 
 from storage.errors import InvalidConfigError
 
-from .source_options import SourceOptions, source_schema
-
-# Spark runs each method in its own short-lived or reused Python process (schema() and planning on the
-# driver, the writer's commit on the driver, reads and writes on executors): each imports only what it
-# needs, inside the method, so schema() loads no Arrow or log engine and no process loads numba before a
-# kernel runs.
+# Spark runs each method in its own short-lived or reused Python process (its lookup of data sources by
+# name, schema() and planning on the driver, the writer's commit on the driver, reads and writes on
+# executors): each imports only what it needs, inside the method, so the lookup imports nothing of ours but
+# this module, schema() loads no Arrow or log engine and no process loads numba before a kernel runs.
 
 
 class KafkaLogDataSource(DataSource):
@@ -36,6 +34,8 @@ class KafkaLogDataSource(DataSource):
     def schema(self) -> str:
         """Spark's Kafka source schema, plus headers with includeHeaders=true. The options a batch and a
         stream read share are checked here, where Spark reports an error as it is."""
+        from .source_options import SourceOptions, source_schema
+
         options = dict(self.options)
         if any(k.lower() in ("subscribe", "subscribepattern", "assign") for k in options):
             SourceOptions.parse(options, streaming=None, warn=False)  # reader() warns, in its own process
@@ -44,6 +44,7 @@ class KafkaLogDataSource(DataSource):
 
     def reader(self, schema):
         from .reader import KafkaLogBatchReader, selected_columns
+        from .source_options import SourceOptions
 
         opts = SourceOptions.parse(dict(self.options), streaming=False)
         return KafkaLogBatchReader(opts, selected_columns(schema, opts.include_headers))
@@ -52,6 +53,7 @@ class KafkaLogDataSource(DataSource):
         """An invalid option fails the query from initialOffset(): pyspark's stream runner (4.3) would
         hide an error raised here behind an UnboundLocalError of its own."""
         from .reader import FailedStreamReader, KafkaLogStreamReader, selected_columns
+        from .source_options import SourceOptions
 
         try:
             opts = SourceOptions.parse(dict(self.options), streaming=True, warn=False)  # the reader logs them

@@ -180,3 +180,20 @@ def test_benchmarks_and_tests_import_nothing_from_each_other():
         assert "tests" not in _top_level_imports(path), path
     for path in (ROOT / "tests").rglob("*.py"):
         assert "benchmarks" not in _top_level_imports(path), path
+
+
+def test_spark_lookup_of_the_data_source_imports_nothing_heavy_of_ours():
+    """Spark's lookup of data sources by name imports `pyspark_kafkalog` in a Python process of its own, once
+    per JVM, before any query: that import must not pull in numpy, pyarrow or the log engine (docs/spark.md,
+    "Finding the data source")."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pyspark_kafkalog\n"
+        "heavy = ('numpy', 'pyarrow', 'numba', 'fsspec', 'storage.log', 'storage.records',\n"
+        "         'python_datasource.options')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith(heavy)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
