@@ -15,8 +15,9 @@ RLIMIT_AS and a timeout, and its output is compared with the oracle:
   OK            output == the valid prefix (all of it), possibly followed by a well-formed error at
                 the first invalid byte
   ERROR_OK      a project error (CLI: exit 1 and one `kafkalog: error: ...` line; API: a KafkaLogError)
-                naming a file and a position or offset, after serving a prefix of the valid prefix
-                (fewer records than the valid prefix before an error is accepted for reads, and noted)
+                naming a file and the byte position in it (`position N`; an index file: its name is
+                enough), after serving a prefix of the valid prefix (fewer records than the valid
+                prefix before an error is accepted for reads, and noted)
   SILENT_WRONG  no error, but records differ from the valid prefix (missing, extra, changed, out of
                 order); or records served before an error that are not a prefix; or an append that
                 reused an offset; or a reader that changed files
@@ -24,7 +25,9 @@ RLIMIT_AS and a timeout, and its output is compared with the oracle:
                 appended after a recovery that had to cut the damage is not readable
   MEMORY        killed by the memory cap, MemoryError / ArrowMemoryError, ENOMEM
   BAD_ERROR     any other exception type, a traceback, a crash (signal), or an error that does not
-                name a file and a position/offset
+                name a file and a byte position; or, for a read (a-d) that served the whole valid
+                prefix, an error that does not name the segment where it stops and a position inside
+                the batch at fault there (runner.names_stop: an absolute position in the file)
   HANG          the timeout passed (hang detection only; generous)
 
 Decisions (ambiguities the brief leaves open):
@@ -89,7 +92,11 @@ DEFAULT_BOMB_EVERY = 40
 DEFAULT_MEM_HEADROOM_MB = 640
 
 ERR_FILE_RE = re.compile(r"\d{20}\.(log|index|timeindex)|\.log\b|[\w.-]+-\d+/")
-ERR_POS_RE = re.compile(r"\b(position|offset|offsets|byte|bytes at)\s*:?\s*-?\d+")
+# the absolute byte position in the named file, as the engine's errors spell it ("..., position N)");
+# an offset is no place in a file
+ERR_POS_RE = re.compile(r"\bposition:?\s+(\d+)")
+INDEX_FILE_RE = re.compile(r"\d{20}\.(index|timeindex)\b")
+LOG_PLACE_RE = re.compile(r"(\d{20}\.log(?:\.swap)?), position (\d+)")
 MEM_RE = re.compile(
     r"MemoryError|bad_alloc|Cannot allocate memory|[Oo]ut of memory|can't start new thread|"
     r"[Ff]ailed to allocate|ENOMEM"
@@ -98,9 +105,28 @@ TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)|^\w+(\.\w+)*(Er
 
 
 def names_place(msg: str, *, file_only: bool = False) -> bool:
+    """The error names a file and the byte position in it (`position N`); for damage in an index file
+    the file's name is enough (an index is rebuilt, not read on from a place)."""
     if not ERR_FILE_RE.search(msg):
         return False
-    return file_only or bool(ERR_POS_RE.search(msg))
+    return file_only or bool(INDEX_FILE_RE.search(msg)) or bool(ERR_POS_RE.search(msg))
+
+
+def names_stop(msg: str, stop) -> bool:
+    """The error names the segment where the valid prefix stops and a byte position inside the batch at
+    fault there (from its first byte to its end by its batchLength, or to the file's end when that
+    length is no length): an absolute position in that file, not one relative to a read or a chunk."""
+    name = os.path.basename(stop.file)
+    try:
+        size = os.path.getsize(stop.file)
+        with open(stop.file, "rb") as f:
+            f.seek(stop.position + 8)
+            raw = f.read(4)
+    except OSError:
+        return False
+    length = int.from_bytes(raw, "big", signed=True) if len(raw) == 4 else -1
+    end = stop.position + 12 + length if 0 <= length and stop.position + 12 + length <= size else size
+    return any(f == name and stop.position <= int(p) <= end for f, p in LOG_PLACE_RE.findall(msg))
 
 
 # ---------------------------------------------------------------- outcomes
@@ -377,7 +403,9 @@ class Err:
     place_ok: bool = True
 
 
-def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str = "records"):
+def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str = "records", exact: bool = False):
+    """exact: the reader read the very bytes the oracle did (reads, not after a writer's recovery), so an
+    error after the whole valid prefix must name the place where it stops (names_stop)."""
     rel, first, det = compare(expected, got)
     notes = []
     if err is not None and err.kind == "memory":
@@ -397,8 +425,15 @@ def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str
             first,
         ), notes
     if not err.place_ok:
-        return ("BAD_ERROR", f"error does not name a file and a position/offset: {err.msg[-400:]}", first), notes
+        return ("BAD_ERROR", f"error names no file and byte position: {err.msg[-400:]}", first), notes
     if rel == "equal" and stop is not None:
+        if exact and not names_stop(err.msg, stop):
+            return (
+                "BAD_ERROR",
+                f"the error after the valid prefix does not name {os.path.basename(stop.file)} and a "
+                f"position in the batch at {stop.position} where it stops: {err.msg[-400:]}",
+                None,
+            ), notes
         if stop.kind == "torn":
             notes.append("error at a torn tail of the active segment (docs: readers stop before it quietly)")
             return ("ERROR_OK", "valid prefix, then an error at a torn tail", None), notes
@@ -924,7 +959,7 @@ class Runner:
                 (cls, det, first), notes = pv, []
             else:
                 (cls, det, first), notes, _ = best_over_views(
-                    views, lambda v: classify_read(v.records, v.stop, parser.records, err), parser.records
+                    views, lambda v: classify_read(v.records, v.stop, parser.records, err, exact=True), parser.records
                 )
                 if parser.garbage:
                     cls, det = worst(
@@ -949,7 +984,7 @@ class Runner:
 
             def fn(v):
                 exp = v.records if start is None else [r for r in v.records if r.offset >= start]
-                return classify_read(exp, v.stop, got, err)
+                return classify_read(exp, v.stop, got, err, exact=True)
 
             (cls, det, first), notes, _ = best_over_views(views, fn, got, start)
         if parser.garbage:
@@ -1053,7 +1088,7 @@ class Runner:
                 verdicts.append(
                     (
                         "BAD_ERROR",
-                        f"{write_exc['stage']}: error does not name a file and a position/offset: {err.msg[-400:]}",
+                        f"{write_exc['stage']}: error names no file and byte position: {err.msg[-400:]}",
                         None,
                     )
                 )
