@@ -29,7 +29,8 @@ Families:
 - swap (the `swap` partition only): a byte of the `.log.swap` flipped (CRC fixed or not), or the swap
   truncated.
 - chunk (drawn only when asked for: the object-store mode's `chunky` partition): damage at the end of
-  one of a reader's chunk reads, where a read through an object store issues its next ranged GET and
+  one of a reader's chunk reads (reading from the segment's start or from one of its index entries),
+  where a read through an object store issues its next ranged GET and
   carries the cut-off batch over (storage/file_records.iter_chunks; dump-log's reader rereads it): a
   bit flipped within 2 bytes of the boundary, the straddling batch's batchLength made to end just
   before, at or after it, or to run past the file, the segment truncated within 12 bytes of it, or
@@ -616,8 +617,14 @@ def m_chunk(rng, part_dir):
     cands = []
     for seg in list_segments(part_dir):
         data = _read(seg.path)
-        for b in chunk_boundaries(data):
-            cands.append((seg, data, b))
+        starts = [0]  # a read from the start, or from an index entry (a read from an offset starts there)
+        idx = seg.path[:-4] + ".index"
+        if os.path.exists(idx):
+            raw = _read(idx)
+            starts += [struct.unpack_from(">i", raw, i + 4)[0] for i in range(0, len(raw) - 7, 8)]
+        for start in sorted(set(starts)):
+            for b in chunk_boundaries(data, start):
+                cands.append((seg, data, b))
     if not cands:
         raise Skip("no segment larger than a reader's first chunk")
     seg, data, bound = rng.choice(cands)
