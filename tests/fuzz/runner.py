@@ -25,9 +25,9 @@ RLIMIT_AS and a timeout, and its output is compared with the oracle:
                 appended after a recovery that had to cut the damage is not readable
   MEMORY        killed by the memory cap, MemoryError / ArrowMemoryError, ENOMEM
   BAD_ERROR     any other exception type, a traceback, a crash (signal), or an error that does not
-                name a file and a byte position; or, for a read (a-d) that served the whole valid
-                prefix, an error that does not name the segment where it stops and a position inside
-                the batch at fault there (runner.names_stop: an absolute position in the file)
+                name a file and a byte position; or, for a read (b-d: the bytes the oracle read), an
+                error that does not name the segment where the valid prefix stops and a position
+                inside the batch at fault there (runner.names_stop: an absolute position in the file)
   HANG          the timeout passed (hang detection only; generous)
 
 Decisions (ambiguities the brief leaves open):
@@ -415,8 +415,8 @@ class Err:
 
 
 def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str = "records", exact: bool = False):
-    """exact: the reader read the very bytes the oracle did (reads, not after a writer's recovery), so an
-    error after the whole valid prefix must name the place where it stops (names_stop)."""
+    """exact: the reader read the very bytes the oracle did (reads, not after a writer's recovery), so its
+    error, after all or part of the valid prefix, must name the place where that prefix stops (names_stop)."""
     rel, first, det = compare(expected, got)
     notes = []
     if err is not None and err.kind == "memory":
@@ -437,14 +437,14 @@ def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str
         ), notes
     if not err.place_ok:
         return ("BAD_ERROR", f"error names no file and byte position: {err.msg[-400:]}", first), notes
+    if exact and stop is not None and not names_stop(err.msg, stop):
+        return (
+            "BAD_ERROR",
+            f"after {len(got)} of {len(expected)} {what}, the error does not name {os.path.basename(stop.file)} "
+            f"and a position in the batch at {stop.position} where the valid prefix stops: {err.msg[-400:]}",
+            first,
+        ), notes
     if rel == "equal" and stop is not None:
-        if exact and not names_stop(err.msg, stop):
-            return (
-                "BAD_ERROR",
-                f"the error after the valid prefix does not name {os.path.basename(stop.file)} and a "
-                f"position in the batch at {stop.position} where it stops: {err.msg[-400:]}",
-                None,
-            ), notes
         if stop.kind == "torn":
             notes.append("error at a torn tail of the active segment (docs: readers stop before it quietly)")
             return ("ERROR_OK", "valid prefix, then an error at a torn tail", None), notes
