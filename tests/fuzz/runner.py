@@ -3,8 +3,16 @@
     python -m tests.fuzz.runner --seed S --mutants N            # mutants 0..N-1 of seed S
     python -m tests.fuzz.runner --seed S --only K[,K2...] -v    # reproduce single mutants
     python -m tests.fuzz.runner --seed S --mutants N --clean    # also the unmutated partitions
+    python -m tests.fuzz.runner --s3 --seed S --mutants N       # the object-store mode (below)
     options: --ops a,b,...  --jobs J  --timeout SEC  --mem-cap-mb MB  --corpus DIR (reuse a built corpus)
              --keep DIR (keep the mutant directories)  --json FILE (every outcome)  --bomb-every N
+
+Object-store mode (--s3; needs moto and s3fs): the runner starts the S3 test server
+(tools/s3_server.py); each mutant is built and judged locally as below, then uploaded under a prefix
+of its own and read through s3:// URLs (CLI: `--fs KEY=VALUE`; API: storage_options) by the reading
+operations a-d only. Mutant k targets S3_TARGETS[k % 8]: the seven above and `chunky`, whose mutants
+are 3 in 4 damage at the end of a reader's chunk read (mutate.m_chunk); no bomb mutants. A reader
+that changes an object (its ETag) is SILENT_WRONG, as one that changes a local file.
 
 Mutant k of seed S targets partition TARGETS[k % 7] (the five codec topics, `swap`, `leftovers`), and
 the compression-bomb partition when k % bomb_every == bomb_every - 1; its mutation is drawn from
