@@ -16,6 +16,7 @@ import numpy as np
 
 from ..common.constants import INT32_MAX
 from ..errors import ConcurrentAppendError, CorruptRecordError, KafkaStorageError, RecordTooLargeError
+from ..file_records import BatchChunk, check_headers
 from ..fs.filesystem import LogFileSystem
 from ..index import OffsetIndex, TimeIndex
 from ..index_planner import IndexState, plan_index_entries
@@ -194,17 +195,22 @@ def next_offset_of(seg) -> int:
             raw = fs.read(idx.path, (n - 1) * idx.entry_size, n * idx.entry_size)
             if len(raw) == idx.entry_size:
                 starts.insert(0, int.from_bytes(raw[4:8], "big", signed=True))
+    whole_end = 0
     for start in starts:  # a bad index entry falls back to the whole object
         if not 0 <= start < seg.size:
             continue
         data = fs.read(seg.log_path, start, seg.size)
         scan = scan_batches(data, max_batch_size=seg.max_batch_size)
         if len(scan) and scan.end == len(data) == seg.size - start:
+            # the offsets as every reader checks them: a header that lies must not set the log end
+            check_headers(BatchChunk(data, scan, start, seg.source), prev_last=None, base_offset=seg.base_offset)
             return int(scan.last_offsets[-1]) + 1
+        whole_end = start + scan.end
     raise CorruptRecordError(
         f"segment object of {seg.size} bytes does not end with a whole batch (objects are "
         f"written whole; this one is damaged)",
         source=seg.source,
+        position=whole_end,
     )
 
 

@@ -26,6 +26,9 @@ Partitions (all partition 0):
   '0' rather than NUL, which compresses the same but would print as 6 MB of JSON escapes per record
   through `consume` and make the harness, not the engine, the bottleneck. The log is valid: readers
   must serve its 3 GB of values without going over the memory cap.
+- `chunky`: uncompressed, segment.bytes=400000, values of 200-3000 bytes (batches of a few KB), 3+
+  segments: the only partition whose segments are larger than a reader's first chunks (64 KiB, then
+  256 KiB more), for the object-store mode's mutants at chunk boundaries (mutate.m_chunk).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ TS0 = 1_700_000_000_000
 CORPUS_SEED = 20240611  # the corpus is the same on every run: a mutant is reproduced by its seed
 BOMB_BATCHES = 3000
 BOMB_VALUE = 1_000_000
+# above the readers' first two chunk reads (64 KiB, then 256 KiB more: storage/file_records.py), so
+# damage can sit on the boundaries where a read through an object store issues its next ranged GET
+CHUNKY_SEGMENT_BYTES = 400_000
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
 
@@ -56,7 +62,9 @@ def _rand_text(rng: random.Random, lo: int, hi: int) -> bytes:
     return (word * (n // len(word) + 1))[:n].encode()
 
 
-def gen_rows(rng: random.Random, n: int, index0: int, keyspace: int | None = None) -> list[dict]:
+def gen_rows(
+    rng: random.Random, n: int, index0: int, keyspace: int | None = None, value_len: tuple = (8, 120)
+) -> list[dict]:
     rows = []
     for i in range(n):
         j = index0 + i
@@ -65,7 +73,7 @@ def gen_rows(rng: random.Random, n: int, index0: int, keyspace: int | None = Non
         else:
             key = None if rng.random() < 0.15 else f"key-{rng.randrange(10**6)}".encode()
         r = rng.random()
-        value = None if r < 0.08 else (b"" if r < 0.12 else _rand_text(rng, 8, 120))
+        value = None if r < 0.08 else (b"" if r < 0.12 else _rand_text(rng, *value_len))
         headers = []
         for h in range(rng.choice([0, 0, 0, 1, 2, 3])):
             headers.append(
@@ -117,6 +125,7 @@ def write_topic(
     min_segments: int = 4,
     sessions: int = 3,
     keyspace: int | None = None,
+    value_len: tuple = (8, 120),
 ) -> list:
     """Append batches through the engine until the partition has `min_segments` segments."""
     from storage.records.builder import build_records
@@ -131,7 +140,7 @@ def write_topic(
     while True:
         with lm.open_log(tp, writable=True) as log:
             for _ in range(12):
-                rows = gen_rows(rng, rng.randint(2, 8), index, keyspace)
+                rows = gen_rows(rng, rng.randint(2, 8), index, keyspace, value_len)
                 index += len(rows)
                 kw = {}
                 if rng.random() < 0.3:
@@ -295,6 +304,12 @@ def build_corpus(out_dir: str, *, bomb: bool = True) -> dict:
     parts["leftovers"] = {"kind": "leftovers", "codec": "gzip", **build_leftovers(lm, root, rng)}
     if bomb:
         parts["bomb"] = {"kind": "bomb", "codec": "zstd", **build_bomb(lm, root)}
+    # its own generator, so adding it changed nothing in the partitions above (their mutants reproduce)
+    cfg = {"segment.bytes": str(CHUNKY_SEGMENT_BYTES), "index.interval.bytes": "4096"}
+    written = write_topic(
+        lm, "chunky", "none", random.Random(CORPUS_SEED + 1), config=cfg, min_segments=3, value_len=(200, 3000)
+    )
+    parts["chunky"] = {"kind": "chunky", "codec": "none", "written": written}
     manifest = {"root": root, "partitions": parts}
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f)

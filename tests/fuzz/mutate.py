@@ -28,6 +28,13 @@ Families:
   to the last segment, a whole middle segment's .log removed.
 - swap (the `swap` partition only): a byte of the `.log.swap` flipped (CRC fixed or not), or the swap
   truncated.
+- chunk (drawn only when asked for: the object-store mode's `chunky` partition): damage at the end of
+  one of a reader's chunk reads (reading from the segment's start or from one of its index entries),
+  where a read through an object store issues its next ranged GET and
+  carries the cut-off batch over (storage/file_records.iter_chunks; dump-log's reader rereads it): a
+  bit flipped within 2 bytes of the boundary, the straddling batch's batchLength made to end just
+  before, at or after it, or to run past the file, the segment truncated within 12 bytes of it, or
+  the first batch header after it damaged (baseOffset, magic, batchLength: outside the CRC).
 """
 
 from __future__ import annotations
@@ -81,6 +88,10 @@ FAMILY_WEIGHTS = {
     "structure": 5,
 }
 SWAP_WEIGHT = 25  # added for the swap partition
+# The readers' chunk reads (storage/file_records.py FIRST_CHUNK_BYTES, growing 4x per read up to
+# MAX_CHUNK_BYTES), restated here: the harness never imports the engine
+FIRST_CHUNK_BYTES = 64 * 1024
+MAX_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class Skip(Exception):
@@ -580,6 +591,85 @@ FAMILIES = {
     "structure": m_structure,
     "swap": m_swap,
 }
+
+
+def chunk_boundaries(data, start: int = 0) -> list[int]:
+    """Where a reader's chunk reads of a valid segment end when it reads from `start`: each read asks
+    for the next chunk size from the end of the last complete batch it got (the cut-off one is
+    carried over), 64 KiB first, 4x more each time."""
+    out = []
+    pos, chunk = start, FIRST_CHUNK_BYTES
+    bs = [b for b in batches_of(data) if b[0] >= start]
+    while pos < len(data):
+        end = min(len(data), pos + chunk)
+        if end >= len(data):
+            break
+        out.append(end)
+        whole = [p + n for p, n in bs if p >= pos and p + n <= end]
+        if not whole:
+            break  # a batch larger than the chunk: read whole next; no more boundaries worth naming
+        pos = whole[-1]
+        chunk = min(chunk * 4, MAX_CHUNK_BYTES)
+    return out
+
+
+def m_chunk(rng, part_dir):
+    cands = []
+    for seg in list_segments(part_dir):
+        data = _read(seg.path)
+        starts = [0]  # a read from the start, or from an index entry (a read from an offset starts there)
+        idx = seg.path[:-4] + ".index"
+        if os.path.exists(idx):
+            raw = _read(idx)
+            starts += [struct.unpack_from(">i", raw, i + 4)[0] for i in range(0, len(raw) - 7, 8)]
+        for start in sorted(set(starts)):
+            for b in chunk_boundaries(data, start):
+                cands.append((seg, data, b))
+    if not cands:
+        raise Skip("no segment larger than a reader's first chunk")
+    seg, data, bound = rng.choice(cands)
+    bs = batches_of(data)
+    i = next(j for j, (p, n) in enumerate(bs) if p + n > bound)  # the batch holding byte `bound`
+    pos, size = bs[i]
+    where = f"{_where(seg, data, i, pos)} (size {size}) holds the chunk boundary at {bound}"
+    kind = rng.choice(["flip", "flip", "length_to", "length_past", "truncate", "truncate", "next_header"])
+    if kind == "flip":
+        at = min(max(bound + rng.randint(-2, 2), pos), pos + size - 1)
+        bit = rng.randrange(8)
+        data[at] ^= 1 << bit
+        _write(seg.path, data)
+        return f"{where}: bit {bit} of byte {at} flipped (CRC not fixed)"
+    if kind == "length_to":
+        old = struct.unpack_from(">i", data, pos + 8)[0]
+        new = bound + rng.choice([-1, 0, 1]) - pos - LOG_OVERHEAD
+        if new == old or new < MIN_BATCH_LENGTH:
+            new = old + 1
+        struct.pack_into(">i", data, pos + 8, new)
+        _write(seg.path, data)
+        return f"{where}: batchLength {old} -> {new}, so it ends at {pos + LOG_OVERHEAD + new} (outside the CRC)"
+    if kind == "length_past":
+        old = struct.unpack_from(">i", data, pos + 8)[0]
+        new = rng.choice([len(data) - pos - LOG_OVERHEAD + 1, bound + FIRST_CHUNK_BYTES * 4 - pos, 2**31 - 1])
+        struct.pack_into(">i", data, pos + 8, new)
+        _write(seg.path, data)
+        return f"{where}: batchLength {old} -> {new} (outside the CRC)"
+    if kind == "truncate":
+        cut = bound + rng.randint(-12, 12)
+        _write(seg.path, data[:cut])
+        last = seg.path == list_segments(part_dir)[-1].path
+        return f"{where}: segment ({'the last' if last else 'not the last'}) truncated from {len(data)} to {cut} bytes"
+    j = i + 1 if pos < bound and i + 1 < len(bs) else i  # the first batch that starts at or after the boundary
+    pos = bs[j][0]
+    name = rng.choice(["baseOffset", "magic", "batchLength"])
+    off, fmt, _ = FIELDS[name]
+    old = struct.unpack_from(fmt, data, pos + off)[0]
+    new = _flip_bits(rng, old, fmt)
+    struct.pack_into(fmt, data, pos + off, new)
+    _write(seg.path, data)
+    return f"{where}: the next batch #{j} @ {pos}: {name} {old} -> {new} (outside the CRC)"
+
+
+FAMILIES["chunk"] = m_chunk  # not in FAMILY_WEIGHTS: drawn only when asked for
 
 
 def mutate(rng: random.Random, part_dir: str, *, has_swap: bool = False, family: str | None = None) -> Mutation:

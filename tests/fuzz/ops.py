@@ -2,7 +2,7 @@
 
     a dump          `kafkalog dump-log <every .log, .index, .timeindex> --print-data-log`
     b consume       `kafkalog consume ROOT --topic T --offset earliest` (stops at the log end by itself)
-    c read          LogManager(root).open_log(tp).read_records(log_start_offset)
+    c read          LogManager(root, storage_options).open_log(tp).read_records(log_start_offset)
     d read_mid      the same from a middle offset (chosen by the runner from the oracle's valid prefix)
     e recover_ckpt  open_log(tp, writable=True) with recovery-point-offset-checkpoint present, append
                     one record, close, then read everything through a fresh LogManager
@@ -17,6 +17,10 @@ reports the child's pid at once and its wait status and peak RSS (`wait4`) when 
 kills the child by pid when its timeout passes (hang detection only). So every operation runs in a
 child process of its own, with the engine's state fresh from import, and its stdout streams to the
 runner (a consume of the bomb prints 3 GB; nothing of it is stored).
+
+In the object-store mode (runner --s3) ROOT and the dumped files are s3:// URLs on the S3 test
+server, given to the CLI as `--fs KEY=VALUE` flags and to the API as storage_options; only the
+reading operations (a-d) run there.
 
 The CLI operations call `kafkalog_ds.cli.main(argv)`, what `python -m kafkalog_ds` runs; an exception
 escaping it is printed as Python would print it (a traceback, exit 1). The API operations print JSON
@@ -116,7 +120,7 @@ def _read_op(out: _Out, req: dict) -> None:
     tp = TopicPartition(req["topic"], req.get("partition", 0))
     stage = "open"
     try:
-        with LogManager(req["root"]).open_log(tp) as log:
+        with LogManager(req["root"], req.get("storage_options")).open_log(tp) as log:
             start = log.log_start_offset if req.get("offset") is None else req["offset"]
             out.ev(opened={"log_start": log.log_start_offset, "log_end": log.log_end_offset, "start": start})
             stage = "read"
@@ -185,6 +189,8 @@ def _cli_op(req: dict) -> int:
         argv = ["dump-log", *req["files"], "--print-data-log"]
     else:
         argv = ["consume", req["root"], "--topic", req["topic"], "--offset", "earliest"]
+    for k, v in (req.get("storage_options") or {}).items():  # the object-store mode: --fs as a user gives them
+        argv += ["--fs", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
     try:
         return main(argv, stdin=io.BytesIO(b""))
     except SystemExit as e:
@@ -226,6 +232,11 @@ def _warm_up() -> None:
 
     import kafkalog_ds.cli
     import tests.fuzz.reference  # noqa: F401  (record digests in the child)
+
+    try:  # the object-store mode's children open s3:// URLs: import s3fs (and botocore) once, here
+        import s3fs  # noqa: F401
+    except ImportError:
+        pass
     from storage.log_manager import LogManager
     from storage.records.builder import build_records
     from storage.records.record_batch import CompressionType

@@ -3,8 +3,16 @@
     python -m tests.fuzz.runner --seed S --mutants N            # mutants 0..N-1 of seed S
     python -m tests.fuzz.runner --seed S --only K[,K2...] -v    # reproduce single mutants
     python -m tests.fuzz.runner --seed S --mutants N --clean    # also the unmutated partitions
+    python -m tests.fuzz.runner --s3 --seed S --mutants N       # the object-store mode (below)
     options: --ops a,b,...  --jobs J  --timeout SEC  --mem-cap-mb MB  --corpus DIR (reuse a built corpus)
              --keep DIR (keep the mutant directories)  --json FILE (every outcome)  --bomb-every N
+
+Object-store mode (--s3; needs moto and s3fs): the runner starts the S3 test server
+(tools/s3_server.py); each mutant is built and judged locally as below, then uploaded under a prefix
+of its own and read through s3:// URLs (CLI: `--fs KEY=VALUE`; API: storage_options) by the reading
+operations a-d only. Mutant k targets S3_TARGETS[k % 8]: the seven above and `chunky`, whose mutants
+are 3 in 4 damage at the end of a reader's chunk read (mutate.m_chunk); no bomb mutants. A reader
+that changes an object (its ETag) is SILENT_WRONG, as one that changes a local file.
 
 Mutant k of seed S targets partition TARGETS[k % 7] (the five codec topics, `swap`, `leftovers`), and
 the compression-bomb partition when k % bomb_every == bomb_every - 1; its mutation is drawn from
@@ -15,8 +23,9 @@ RLIMIT_AS and a timeout, and its output is compared with the oracle:
   OK            output == the valid prefix (all of it), possibly followed by a well-formed error at
                 the first invalid byte
   ERROR_OK      a project error (CLI: exit 1 and one `kafkalog: error: ...` line; API: a KafkaLogError)
-                naming a file and a position or offset, after serving a prefix of the valid prefix
-                (fewer records than the valid prefix before an error is accepted for reads, and noted)
+                naming a file and the byte position in it (`position N`; an index file: its name is
+                enough), after serving a prefix of the valid prefix (fewer records than the valid
+                prefix before an error is accepted for reads, and noted)
   SILENT_WRONG  no error, but records differ from the valid prefix (missing, extra, changed, out of
                 order); or records served before an error that are not a prefix; or an append that
                 reused an offset; or a reader that changed files
@@ -24,7 +33,9 @@ RLIMIT_AS and a timeout, and its output is compared with the oracle:
                 appended after a recovery that had to cut the damage is not readable
   MEMORY        killed by the memory cap, MemoryError / ArrowMemoryError, ENOMEM
   BAD_ERROR     any other exception type, a traceback, a crash (signal), or an error that does not
-                name a file and a position/offset
+                name a file and a byte position; or, for a read (b-d: the bytes the oracle read), an
+                error that does not name the segment where the valid prefix stops and a position
+                inside the batch at fault there (runner.names_stop: an absolute position in the file)
   HANG          the timeout passed (hang detection only; generous)
 
 Decisions (ambiguities the brief leaves open):
@@ -78,6 +89,11 @@ from .reference import (
 
 REPO = O.REPO
 TARGETS = ["c-none", "c-gzip", "c-snappy", "c-lz4", "c-zstd", "swap", "leftovers"]
+# the object-store mode: the reading operations only (objects are immutable; writers are fuzzed
+# locally), and the `chunky` partition too, whose segments span several chunk reads
+S3_TARGETS = TARGETS + ["chunky"]
+S3_OPS = ["dump", "consume", "read", "read_mid"]
+CHUNK_SHARE = 0.75  # of the mutants of `chunky` in the object-store mode: damage at a chunk boundary
 CLASSES = ["OK", "ERROR_OK", "SILENT_WRONG", "LOST", "MEMORY", "BAD_ERROR", "HANG"]
 SEVERITY = {"OK": 0, "ERROR_OK": 1, "BAD_ERROR": 2, "SILENT_WRONG": 3, "LOST": 4, "MEMORY": 5, "HANG": 6}
 FAILURES = {"SILENT_WRONG", "LOST", "MEMORY", "BAD_ERROR", "HANG"}
@@ -89,7 +105,11 @@ DEFAULT_BOMB_EVERY = 40
 DEFAULT_MEM_HEADROOM_MB = 640
 
 ERR_FILE_RE = re.compile(r"\d{20}\.(log|index|timeindex)|\.log\b|[\w.-]+-\d+/")
-ERR_POS_RE = re.compile(r"\b(position|offset|offsets|byte|bytes at)\s*:?\s*-?\d+")
+# the absolute byte position in the named file, as the engine's errors spell it ("..., position N)");
+# an offset is no place in a file
+ERR_POS_RE = re.compile(r"\bposition:?\s+(\d+)")
+INDEX_FILE_RE = re.compile(r"\d{20}\.(index|timeindex)\b")
+LOG_PLACE_RE = re.compile(r"(\d{20}\.log(?:\.swap)?), position (\d+)")
 MEM_RE = re.compile(
     r"MemoryError|bad_alloc|Cannot allocate memory|[Oo]ut of memory|can't start new thread|"
     r"[Ff]ailed to allocate|ENOMEM"
@@ -98,9 +118,28 @@ TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)|^\w+(\.\w+)*(Er
 
 
 def names_place(msg: str, *, file_only: bool = False) -> bool:
+    """The error names a file and the byte position in it (`position N`); for damage in an index file
+    the file's name is enough (an index is rebuilt, not read on from a place)."""
     if not ERR_FILE_RE.search(msg):
         return False
-    return file_only or bool(ERR_POS_RE.search(msg))
+    return file_only or bool(INDEX_FILE_RE.search(msg)) or bool(ERR_POS_RE.search(msg))
+
+
+def names_stop(msg: str, stop) -> bool:
+    """The error names the segment where the valid prefix stops and a byte position inside the batch at
+    fault there (from its first byte to its end by its batchLength, or to the file's end when that
+    length is no length): an absolute position in that file, not one relative to a read or a chunk."""
+    name = os.path.basename(stop.file)
+    try:
+        size = os.path.getsize(stop.file)
+        with open(stop.file, "rb") as f:
+            f.seek(stop.position + 8)
+            raw = f.read(4)
+    except OSError:
+        return False
+    length = int.from_bytes(raw, "big", signed=True) if len(raw) == 4 else -1
+    end = stop.position + 12 + length if 0 <= length and stop.position + 12 + length <= size else size
+    return any(f == name and stop.position <= int(p) <= end for f, p in LOG_PLACE_RE.findall(msg))
 
 
 # ---------------------------------------------------------------- outcomes
@@ -124,16 +163,22 @@ class Outcome:
     vmpeak_mb: float | None = None
     oracle: str = ""
     bomb_every: int = DEFAULT_BOMB_EVERY  # which mutant indexes target the bomb: part of a mutant's identity
+    store: str = "local"  # "s3": read through the S3 test server (also part of a mutant's identity)
 
     def repro(self) -> str:
+        s3 = " --s3" if self.store == "s3" else ""
         if isinstance(self.k, int):
-            be = "" if self.bomb_every == DEFAULT_BOMB_EVERY else f" --bomb-every {self.bomb_every}"
-            return f"python -m tests.fuzz.runner --seed {self.seed} --only {self.k}{be} --ops {O.OP_LETTER[self.op]} -v"
-        return f"python -m tests.fuzz.runner --clean --mutants 0 --ops {O.OP_LETTER[self.op]} -v"
+            be = "" if self.bomb_every == DEFAULT_BOMB_EVERY or s3 else f" --bomb-every {self.bomb_every}"
+            return (
+                f"python -m tests.fuzz.runner{s3} --seed {self.seed} --only {self.k}{be} "
+                f"--ops {O.OP_LETTER[self.op]} -v"
+            )
+        return f"python -m tests.fuzz.runner{s3} --clean --mutants 0 --ops {O.OP_LETTER[self.op]} -v"
 
     def message(self) -> str:
         s = (
-            f"[{self.cls}] seed={self.seed} mutant={self.k} target={self.target} op={O.OP_LETTER[self.op]}:{self.op}\n"
+            f"[{self.cls}] seed={self.seed} mutant={self.k} target={self.target} op={O.OP_LETTER[self.op]}:{self.op}"
+            f"{' store=s3' if self.store == 's3' else ''}\n"
             f"  mutation: {self.mutation}\n"
             f"  oracle: {self.oracle}\n"
             f"  first differing offset: {self.first_diff}\n"
@@ -377,7 +422,9 @@ class Err:
     place_ok: bool = True
 
 
-def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str = "records"):
+def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str = "records", exact: bool = False):
+    """exact: the reader read the very bytes the oracle did (reads, not after a writer's recovery), so its
+    error, after all or part of the valid prefix, must name the place where that prefix stops (names_stop)."""
     rel, first, det = compare(expected, got)
     notes = []
     if err is not None and err.kind == "memory":
@@ -397,7 +444,14 @@ def classify_read(expected: list, stop, got: list, err: Err | None, *, what: str
             first,
         ), notes
     if not err.place_ok:
-        return ("BAD_ERROR", f"error does not name a file and a position/offset: {err.msg[-400:]}", first), notes
+        return ("BAD_ERROR", f"error names no file and byte position: {err.msg[-400:]}", first), notes
+    if exact and stop is not None and not names_stop(err.msg, stop):
+        return (
+            "BAD_ERROR",
+            f"after {len(got)} of {len(expected)} {what}, the error does not name {os.path.basename(stop.file)} "
+            f"and a position in the batch at {stop.position} where the valid prefix stops: {err.msg[-400:]}",
+            first,
+        ), notes
     if rel == "equal" and stop is not None:
         if stop.kind == "torn":
             notes.append("error at a torn tail of the active segment (docs: readers stop before it quietly)")
@@ -705,6 +759,49 @@ def _dump_rec_eq(e: Rec, r: dict, control: bool) -> bool:
 # ---------------------------------------------------------------- one mutant
 
 
+class ObjectStore:
+    """The object-store mode's bucket: each mutant's ROOT is uploaded under a prefix of its own, read
+    through s3:// URLs with these storage options, and removed afterwards."""
+
+    def __init__(self, bucket: str, storage_options: dict):
+        self.bucket = bucket
+        self.storage_options = dict(storage_options)
+        self._local = threading.local()
+
+    def fs(self):
+        fs = getattr(self._local, "fs", None)
+        if fs is None:  # one per thread: the runner's threads upload in parallel
+            import s3fs
+
+            fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False, **self.storage_options)
+            self._local.fs = fs
+        return fs
+
+    def upload(self, root: str, prefix: str) -> str:
+        """Every file under ROOT (not the .lock files) as an object under prefix; returns the s3:// URL."""
+        objs = {}
+        for d, _, names in os.walk(root):
+            for n in names:
+                if n == ".lock":
+                    continue
+                p = os.path.join(d, n)
+                with open(p, "rb") as f:
+                    objs[f"{self.bucket}/{prefix}/{os.path.relpath(p, root)}"] = f.read()
+        self.fs().pipe(objs)
+        return f"s3://{self.bucket}/{prefix}"
+
+    def snapshot(self, url: str) -> dict:
+        """{key: ETag} under a URL: a reader must not change any of it."""
+        found = self.fs().find(url[len("s3://") :], detail=True)
+        return {k: v.get("ETag") for k, v in found.items()}
+
+    def remove(self, url: str) -> None:
+        try:
+            self.fs().rm(url[len("s3://") :], recursive=True)
+        except FileNotFoundError:
+            pass
+
+
 @dataclass
 class Target:
     topic: str
@@ -784,7 +881,15 @@ class Runner:
         keep: bool = False,
         bomb_every: int = DEFAULT_BOMB_EVERY,
         verbose: bool = False,
+        s3: ObjectStore | None = None,
     ):
+        if s3 is not None:
+            bad = [op for op in ops or () if op not in S3_OPS]
+            if bad:
+                raise ValueError(f"the object-store mode runs the reading operations only, not {bad}")
+            ops = ops or S3_OPS
+            bomb_every = 0  # the bomb is read locally; 3 GB through the test server says nothing more
+        self.s3 = s3
         self.corpus = corpus
         self.seed = seed
         self.work = work
@@ -824,6 +929,8 @@ class Runner:
 
     # -- targets
     def target_of(self, k: int) -> str:
+        if self.s3 is not None:
+            return S3_TARGETS[k % len(S3_TARGETS)]
         if (
             self.bomb_every
             and k % self.bomb_every == self.bomb_every - 1
@@ -854,7 +961,8 @@ class Runner:
         root_a = os.path.join(mdir, "a", "root")
         part_a = self.corpus.copy_partition(topic, root_a)
         if rng is not None:
-            mut = M.mutate(rng, part_a, has_swap=tgt.kind == "swap")
+            fam = "chunk" if tgt.kind == "chunky" and rng.random() < CHUNK_SHARE else None
+            mut = M.mutate(rng, part_a, has_swap=tgt.kind == "swap", family=fam)
             family, desc = mut.family, f"{topic}-0/{mut.desc}"
         else:
             family, desc = "clean", f"{topic}-0 unmutated"
@@ -874,13 +982,45 @@ class Runner:
         self.oracle_seconds += time.monotonic() - t0
         oracle_desc = "; ".join(view_summary(v) for v in views)
         base = dict(
-            seed=seed, k=k, target=topic, family=family, mutation=desc, oracle=oracle_desc, bomb_every=self.bomb_every
+            seed=seed,
+            k=k,
+            target=topic,
+            family=family,
+            mutation=desc,
+            oracle=oracle_desc,
+            bomb_every=self.bomb_every,
+            store="s3" if self.s3 else "local",
         )
         # the middle of the shortest valid prefix over the views: no view has damage before it
         mids = [v.records[len(v.records) // 2].offset for v in views if v.records]
         mid = min(mids) if mids else views[0].log_start
         outcomes = []
-        before = snapshot(part_a)
+        url = None
+        if self.s3 is not None:  # the same bytes as objects; the oracle reads the local copy
+            url = self.s3.upload(
+                root_a, f"fuzz/{os.path.basename(self.work.rstrip('/'))}/s{seed}-m{k}".replace(":", "-")
+            )
+        try:
+            self._ops_on(
+                ops, url, root_a, root_e, root_f, topic, tgt, files, views, dviews, mid, base, part_a, outcomes
+            )
+        finally:
+            if url is not None:
+                self.s3.remove(url)
+        if not self.keep:
+            shutil.rmtree(mdir, ignore_errors=True)
+        return outcomes
+
+    def _ops_on(self, ops, url, root_a, root_e, root_f, topic, tgt, files, views, dviews, mid, base, part_a, outcomes):
+        k = base["k"]
+        if url is not None:
+            opts = self.s3.storage_options
+            to_url = {f: f"{url}/{os.path.relpath(f, root_a)}" for f in files}
+            read_root = url
+            before = self.s3.snapshot(url)
+        else:
+            opts, to_url, read_root = None, None, root_a
+            before = snapshot(part_a)
         for op in ops:
             if op in ("recover_ckpt", "recover_full"):
                 root = root_e if op == "recover_ckpt" else root_f
@@ -888,8 +1028,8 @@ class Runner:
                     op, root, topic, tgt, [v for v in views if not v.reader_only] or views[:1], root_a, base
                 )
             else:
-                out = self._read_like(op, root_a, topic, files, views, dviews, mid, base)
-                after = snapshot(part_a)
+                out = self._read_like(op, read_root, topic, files, views, dviews, mid, base, opts, to_url)
+                after = self.s3.snapshot(url) if url is not None else snapshot(part_a)
                 if after != before:
                     changed = sorted(set(before.items()) ^ set(after.items()))
                     out.notes.append(f"files changed: {changed[:6]}")
@@ -899,15 +1039,18 @@ class Runner:
             outcomes.append(out)
             if self.verbose:
                 print(out.message() if out.cls != "OK" else f"[OK] {k} {op}", flush=True)
-        if not self.keep:
-            shutil.rmtree(mdir, ignore_errors=True)
-        return outcomes
 
-    def _read_like(self, op, root, topic, files, views, dviews, mid, base) -> Outcome:
+    def _read_like(self, op, root, topic, files, views, dviews, mid, base, opts=None, to_url=None) -> Outcome:
+        """One reading operation on ROOT (a local dir, or the mutant's s3:// URL with `opts`; `to_url`
+        maps each local file to its object's URL, which dump-log then reads)."""
         if op == "dump":
             parser = DumpParser()
-            res = self.run_op({"op": "dump", "files": files}, parser)
+            urls = [to_url[f] for f in files] if to_url else files
+            res = self.run_op({"op": "dump", "files": urls, "storage_options": opts}, parser)
             parser.close()
+            if to_url:  # judged per local file: the oracle's dump views are of the local copy
+                back = {u: f for f, u in to_url.items()}
+                parser.sections = {back.get(u, u): sec for u, sec in parser.sections.items()}
             pv = process_verdict(res)
             if pv:
                 cls, det, first = pv
@@ -917,14 +1060,14 @@ class Runner:
             return self._outcome(base, op, cls, det, first, notes, res, err_text=_err_tail(res.stderr))
         if op == "consume":
             parser = ConsumeParser()
-            res = self.run_op({"op": "consume", "root": root, "topic": topic}, parser)
+            res = self.run_op({"op": "consume", "root": root, "topic": topic, "storage_options": opts}, parser)
             pv = process_verdict(res)
             err = None if pv else cli_error(res)
             if pv:
                 (cls, det, first), notes = pv, []
             else:
                 (cls, det, first), notes, _ = best_over_views(
-                    views, lambda v: classify_read(v.records, v.stop, parser.records, err), parser.records
+                    views, lambda v: classify_read(v.records, v.stop, parser.records, err, exact=True), parser.records
                 )
                 if parser.garbage:
                     cls, det = worst(
@@ -933,7 +1076,7 @@ class Runner:
             return self._outcome(base, op, cls, det, first, notes, res, err_text=_err_tail(res.stderr))
         parser = ApiParser()
         start = None if op == "read" else mid
-        res = self.run_op({"op": op, "root": root, "topic": topic, "offset": start}, parser)
+        res = self.run_op({"op": op, "root": root, "topic": topic, "offset": start, "storage_options": opts}, parser)
         pv = process_verdict(res)
         excs = parser.excs()
         err = api_error(excs[0]) if excs else None
@@ -949,7 +1092,7 @@ class Runner:
 
             def fn(v):
                 exp = v.records if start is None else [r for r in v.records if r.offset >= start]
-                return classify_read(exp, v.stop, got, err)
+                return classify_read(exp, v.stop, got, err, exact=True)
 
             (cls, det, first), notes, _ = best_over_views(views, fn, got, start)
         if parser.garbage:
@@ -1053,7 +1196,7 @@ class Runner:
                 verdicts.append(
                     (
                         "BAD_ERROR",
-                        f"{write_exc['stage']}: error does not name a file and a position/offset: {err.msg[-400:]}",
+                        f"{write_exc['stage']}: error names no file and byte position: {err.msg[-400:]}",
                         None,
                     )
                 )
@@ -1225,9 +1368,15 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", help="keep mutant directories under this directory")
     ap.add_argument("--json", help="write every outcome to this file")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument(
+        "--s3",
+        action="store_true",
+        help="the object-store mode: each mutant read through a local S3 test server (moto) with s3:// URLs; "
+        "operations a-d only (default: all four); the targets add `chunky`",
+    )
     args = ap.parse_args(argv)
 
-    ops = list(O.OPS)
+    ops = list(S3_OPS if args.s3 else O.OPS)
     if args.ops:
         by_letter = {v: k for k, v in O.OP_LETTER.items()}
         ops = [by_letter.get(x.strip(), x.strip()) for x in args.ops.split(",")]
@@ -1244,6 +1393,12 @@ def main(argv=None) -> int:
         t_corpus = time.monotonic() - t0
         work = args.keep or os.path.join(tmp, "work")
         os.makedirs(work, exist_ok=True)
+        server = store = None
+        if args.s3:
+            from tools.s3_server import BUCKET, S3Server
+
+            server = S3Server().start()
+            store = ObjectStore(BUCKET, server.storage_options)
         runner = Runner(
             corpus,
             seed=args.seed,
@@ -1255,6 +1410,7 @@ def main(argv=None) -> int:
             keep=bool(args.keep),
             bomb_every=0 if args.no_bomb else args.bomb_every,
             verbose=args.verbose,
+            s3=store,
         )
         try:
             ks = []
@@ -1269,12 +1425,15 @@ def main(argv=None) -> int:
             t_run = time.monotonic() - t1
         finally:
             runner.close()
+            if server is not None:
+                server.stop()
         failures = [o for o in outcomes if o.cls in FAILURES]
         if not args.verbose:
             for o in failures:
                 print(o.message())
         print(
-            f"seed {args.seed}: {len([k for k in ks])} mutant(s) x {len(ops)} op(s); corpus {t_corpus:.1f}s, "
+            f"seed {args.seed}{' (S3)' if args.s3 else ''}: {len(ks)} mutant(s) x {len(ops)} op(s); "
+            f"corpus {t_corpus:.1f}s, "
             f"run {t_run:.1f}s (oracle {runner.oracle_seconds:.1f}s), memory cap "
             f"{(runner.mem_cap or 0) / 2**20:.0f} MiB, timeout {args.timeout:.0f}s"
         )
