@@ -107,7 +107,11 @@ def test_a_later_writer_continues_from_the_latest_snapshot(lm):
     assert entries_at(lm, 11) == AT_10
 
 
-def test_never_for_a_log_with_no_producer_batches(lm):
+def test_never_for_a_log_with_no_producer_batches(lm, monkeypatch):
+    def no_scan(*a, **k):
+        raise AssertionError("a log with no producer id was scanned for a snapshot")
+
+    monkeypatch.setattr(producer_table.ProducerTable, "load", no_scan)
     with lm.open_log(TP, writable=True) as log:
         log.append(data(-1, [b"a", b"b"], transactional=False))
         log.roll()
@@ -122,7 +126,15 @@ def test_an_idempotent_producer_and_an_epoch_bump(lm):
         log.append(data(4, [b"i0", b"i1", b"i2"], transactional=False))
         log.append(data(1, [b"a0"]))
         log.append(marker(1, ControlRecordType.ABORT, epoch=1, coordinator_epoch=7))
-    assert entries_at(lm, 5) == [E(1, 1, -1, -1, 0, 5000, 7, -1), E(4, 0, 2, 2, 2, 1002, -1, -1)]
+        # p5 commits, then opens its next transaction: the marker's coordinator epoch stays, the batch is the new one
+        log.append(data(5, [b"f0"], ts0=6000))
+        log.append(marker(5, ControlRecordType.COMMIT, coordinator_epoch=3))
+        log.append(data(5, [b"g0", b"g1"], ts0=7000))
+    assert entries_at(lm, 9) == [
+        E(1, 1, -1, -1, 0, 5000, 7, -1),
+        E(4, 0, 2, 2, 2, 1002, -1, -1),
+        E(5, 0, 1, 8, 1, 7001, 3, 7),
+    ]
     assert last_sequences(np.array([2**31 - 2, -1, 5]), np.array([3, 4, 0])).tolist() == [1, -1, 5]
 
 
