@@ -295,6 +295,21 @@ class Log:
         self._take_producer_snapshot(seg.base_offset)
         return seg
 
+    def _snapshot_adopted(self, first: int) -> None:
+        """Each adopted segment is a roll: a producer snapshot at its base offset. Whether they hold producer
+        batches is read from each one's first batch header (a commit stamps all of its batches alike)."""
+        from .objects.immutable_segment import read_first_header
+
+        adopted = [seg for seg in self._segments if seg.base_offset >= first]
+        if not self._producers_seen:
+            for seg in adopted:
+                header = read_first_header(self.fs, seg.log_path)
+                if header is not None and header.producer_id >= 0:
+                    self._producers_seen = True
+                    break
+        for seg in adopted:
+            self._take_producer_snapshot(seg.base_offset)
+
     def _take_producer_snapshot(self, offset: int) -> None:
         """Write `<offset>.snapshot` as Kafka does at a roll (the new segment's base offset) and a clean close
         (the log end), when this partition holds producer batches: one this writer appended, or a snapshot
@@ -337,6 +352,7 @@ class Log:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         self._next_offset = first + staged[-1].next_offset
         self.flush()
+        self._snapshot_adopted(first)
         max_ts = [s.max_timestamp for s in staged]
         j = int(np.argmax(max_ts))
         return LogAppendInfo(

@@ -239,3 +239,32 @@ def test_an_abort_is_indexed_before_a_snapshot_above_it(lm):
         assert [
             v for b in log.read_records(0, isolation_level="read_committed") for v in b.column("value").to_pylist()
         ] == [b"b0", b"b1", b"c0"]
+
+
+def test_adopted_segments_of_a_transactional_commit_each_get_one(root):
+    """The sink's big commits adopt staged segments: each is a roll, so each base offset gets a snapshot, the ones
+    inside the transaction with it open from the commit's first offset; the marker's writer closes with it done."""
+    import pyarrow as pa
+
+    from storage.records.record_batch import CompressionType
+    from storage.staging.record_stager import RecordStager
+    from storage.staging.staged_commit import commit_staged
+
+    lm = manager(root, {"segment.bytes": "4000"})
+    rows = pa.table({"value": pa.array([b"v" * 200] * 60, pa.binary()), "partition": pa.array([0] * 60, pa.int32())})
+    for batch in (0, 1):
+        st = RecordStager(lm, 42, topic="t", compression=CompressionType.NONE)
+        st.add(rows)
+        commit_staged(LogManager(root), 42, batch, [st.finish()], transactional=True)
+    with lm.open_log(TP) as log:
+        segments = [s.base_offset for s in log.segments]
+        end = log.log_end_offset
+        assert log.last_stable_offset == end
+    assert len(segments) >= 4
+    snaps = offsets(lm)
+    assert set(segments[1:]) <= set(snaps) and snaps[-1] == end
+    second = [b for b in segments if b > 61][0]  # inside batch 1's transaction (batch 0: offsets 0-59, COMMIT 60)
+    (entry,) = entries_at(lm, second)
+    assert (entry.producer_id, entry.current_txn_first_offset) == (42, 61)
+    (entry,) = entries_at(lm, end)
+    assert (entry.producer_id, entry.current_txn_first_offset, entry.coordinator_epoch) == (42, -1, 0)
