@@ -268,3 +268,20 @@ def test_adopted_segments_of_a_transactional_commit_each_get_one(root):
     assert (entry.producer_id, entry.current_txn_first_offset) == (42, 61)
     (entry,) = entries_at(lm, end)
     assert (entry.producer_id, entry.current_txn_first_offset, entry.coordinator_epoch) == (42, -1, 0)
+
+
+def test_a_corrupt_latest_snapshot_is_passed_over_for_an_older_one(lm, caplog):
+    with lm.open_log(TP, writable=True) as log:
+        for b in BATCHES[:3]:
+            log.append(b)
+        log.roll()
+        for b in BATCHES[3:5]:
+            log.append(b)
+    assert offsets(lm) == [6, 8]
+    raw = bytearray(open(snapshot_path(lm, 8), "rb").read())
+    raw[-1] ^= 0xFF
+    open(snapshot_path(lm, 8), "wb").write(bytes(raw))
+    with lm.open_log(TP, writable=True) as log:
+        log.append(BATCHES[5])
+    assert "CRC-32C mismatch" in caplog.text and "00000000000000000008.snapshot" in caplog.text
+    assert entries_at(lm, 10) == AT_10  # from the snapshot at 6, over the batches after it
