@@ -295,6 +295,15 @@ class Log:
         self._take_producer_snapshot(seg.base_offset)
         return seg
 
+    def _drop_superseded_snapshot(self, previous: int | None, offset: int) -> None:
+        """A writer opened per commit closes once per commit: its close snapshot inside the active segment
+        replaces the previous one there (not a segment base's), so one segment keeps at most two snapshots
+        (its base's and the latest) however many writers closed in it."""
+        if previous is not None and self.active_segment.base_offset < previous < offset:
+            from .transactions.producer_snapshot import snapshot_file_name
+
+            self.fs.delete_many([self.fs.join(self.dir, snapshot_file_name(previous))])
+
     def _snapshot_adopted(self, first: int) -> None:
         """Each adopted segment is a roll: a producer snapshot at its base offset. Whether they hold producer
         batches is read from each one's first batch header (a commit stamps all of its batches alike)."""
@@ -335,7 +344,9 @@ class Log:
                 log.error("no producer snapshot at offset %d: %s", offset, e)
                 return
         try:
-            self._producers.take_snapshot(self, offset, self._index_aborted)
+            previous = self._producers.snapshot_offset
+            if self._producers.take_snapshot(self, offset, self._index_aborted) is not None:
+                self._drop_superseded_snapshot(previous, offset)
         except KafkaLogError as e:
             log.error("no producer snapshot at offset %d: %s", offset, e)
             self._producers = None

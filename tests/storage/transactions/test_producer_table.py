@@ -103,7 +103,7 @@ def test_a_later_writer_continues_from_the_latest_snapshot(lm):
     with lm.open_log(TP, writable=True) as log:  # appends with no producer id: the partition still has producers
         log.append(data(-1, [b"plain"], transactional=False))
         log.roll()
-    assert offsets(lm) == [6, 10, 11]
+    assert offsets(lm) == [10, 11]  # the close snapshot at 6 was superseded by the one at 10, in the same segment
     assert entries_at(lm, 11) == AT_10
 
 
@@ -285,3 +285,17 @@ def test_a_corrupt_latest_snapshot_is_passed_over_for_an_older_one(lm, caplog):
         log.append(BATCHES[5])
     assert "CRC-32C mismatch" in caplog.text and "00000000000000000008.snapshot" in caplog.text
     assert entries_at(lm, 10) == AT_10  # from the snapshot at 6, over the batches after it
+
+
+def test_writers_closing_in_one_segment_leave_its_base_snapshot_and_the_latest(lm):
+    """A writer per commit closes once per commit: each close snapshot inside the active segment replaces the
+    previous one there, so the directory does not fill with snapshots between rolls."""
+    for k, b in enumerate(BATCHES):
+        with lm.open_log(TP, writable=True) as log:
+            log.append(b)
+            if k == 2:
+                log.roll()
+    # segment 0: its last close's (3 went when 5 came); segment 6: its base's (the roll) and the latest
+    assert offsets(lm) == [5, 6, 10]
+    assert entries_at(lm, 6) == AT_6
+    assert entries_at(lm, 10) == AT_10
