@@ -14,10 +14,11 @@ import numpy as np
 if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process that only appends
     import pyarrow
 
+    from .transactions.producer_table import ProducerTable
     from .transactions.transaction_state import TransactionState
 
 from .common.time import SYSTEM_TIME
-from .errors import CorruptIndexError, KafkaStorageError, OffsetOutOfRangeError
+from .errors import CorruptIndexError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
 from .fs.filesystem import LogFileSystem
 from .log_appender import InPlaceAppender, LogAppender, LogSegments
 from .log_config import LogConfig
@@ -146,6 +147,9 @@ class Log:
         self.closed = False
         self._txn_state: TransactionState | None = None  # loaded by the first read_committed use
         self._txn_indexes: dict[int, TransactionIndex] = {}  # by segment base offset, opened on first use
+        self._producers: ProducerTable | None = None  # a writer's producer table, loaded by the first snapshot
+        self._producers_seen = False  # an append of this writer carried a producer id
+        self._snapshots_listed = False  # the directory was listed for snapshots (logs with no producer id)
 
     def attach_producer_state(self, producer_state) -> None:
         """Give a writer its ProducerStateManager (made by the loader from this Log)."""
@@ -257,12 +261,19 @@ class Log:
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = now
             scan = stamp_log_append_time(buf, scan, now, self.max_batch_size)
+        active_base = self._segments.last.base_offset
         self._appender.append(buf, scan, next_offset=self._next_offset, now=now, producer_state=self._producer_state)
         last_offsets = scan.last_offsets
+        if not self._producers_seen:
+            self._producers_seen = bool((scan.headers["producer_id"] >= 0).any())
         max_ts = scan.headers["max_timestamp"].astype(np.int64)
         j = int(np.argmax(max_ts))
         self._next_offset = int(last_offsets[-1]) + 1
         n_records = int(scan.headers["record_count"].astype(np.int64).sum())
+        if self._segments.last.base_offset != active_base:  # rolled: a snapshot at each new segment's base
+            for seg in self._segments.in_range(active_base + 1, self._next_offset):
+                if seg.base_offset > active_base:
+                    self._take_producer_snapshot(seg.base_offset)
         self._unflushed_messages += n_records
         self._maybe_flush(now)
         return LogAppendInfo(
@@ -280,7 +291,65 @@ class Log:
         """Close the active segment to appends and start a new one at the next offset (on an object
         store the new segment is empty and exists only in memory until an append creates it)."""
         self._require_writable()
-        return self._appender.roll(self._next_offset if new_base_offset is None else new_base_offset)
+        seg = self._appender.roll(self._next_offset if new_base_offset is None else new_base_offset)
+        self._take_producer_snapshot(seg.base_offset)
+        return seg
+
+    def _drop_superseded_snapshot(self, previous: int | None, offset: int) -> None:
+        """A writer opened per commit closes once per commit: its close snapshot inside the active segment
+        replaces the previous one there (not a segment base's), so one segment keeps at most two snapshots
+        (its base's and the latest) however many writers closed in it."""
+        if previous is not None and self.active_segment.base_offset < previous < offset:
+            from .transactions.producer_snapshot import snapshot_file_name
+
+            self.fs.delete_many([self.fs.join(self.dir, snapshot_file_name(previous))])
+
+    def _snapshot_adopted(self, first: int) -> None:
+        """Each adopted segment is a roll: a producer snapshot at its base offset. Whether they hold producer
+        batches is read from each one's first batch header (a commit stamps all of its batches alike)."""
+        from .objects.immutable_segment import read_first_header
+
+        adopted = [seg for seg in self._segments if seg.base_offset >= first]
+        if not self._producers_seen:
+            for seg in adopted:
+                header = read_first_header(self.fs, seg.log_path)
+                if header is not None and header.producer_id >= 0:
+                    self._producers_seen = True
+                    break
+        for seg in adopted:
+            self._take_producer_snapshot(seg.base_offset)
+
+    def _take_producer_snapshot(self, offset: int) -> None:
+        """Write `<offset>.snapshot` as Kafka does at a roll (the new segment's base offset) and a clean close
+        (the log end), when this partition holds producer batches: one this writer appended, or a snapshot
+        already there. A log that never saw a producer id costs one directory listing per writer. A snapshot is
+        only a loader's shortcut: when the table cannot be built (TooManyProducersError, a damaged batch) the
+        error is logged and the roll, append or close goes on."""
+        if self.immutable or offset > self._next_offset:
+            return
+        if self._producers is None:
+            from .transactions.producer_snapshot import list_snapshots
+            from .transactions.producer_table import ProducerTable
+
+            if not self._producers_seen:
+                if self._snapshots_listed:
+                    return
+                self._snapshots_listed = True
+                snapshots = list_snapshots(self.fs, self.dir)
+                if not snapshots or snapshots[-1].offset == offset:
+                    return  # no producer batch known, or that snapshot is already written
+            try:
+                self._producers = ProducerTable.load(self, offset)
+            except KafkaLogError as e:  # too many producers, a damaged batch or index: no snapshot
+                log.error("no producer snapshot at offset %d: %s", offset, e)
+                return
+        try:
+            previous = self._producers.snapshot_offset
+            if self._producers.take_snapshot(self, offset, self._index_aborted) is not None:
+                self._drop_superseded_snapshot(previous, offset)
+        except KafkaLogError as e:
+            log.error("no producer snapshot at offset %d: %s", offset, e)
+            self._producers = None
 
     def adopt_segments(self, staged: list[StagedSegment]) -> LogAppendInfo:
         """Append whole segments a staging Log wrote (offsets from 0, indexes built): roll, patch each
@@ -294,6 +363,7 @@ class Log:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         self._next_offset = first + staged[-1].next_offset
         self.flush()
+        self._snapshot_adopted(first)
         max_ts = [s.max_timestamp for s in staged]
         j = int(np.argmax(max_ts))
         return LogAppendInfo(
@@ -333,6 +403,8 @@ class Log:
         if self.writable:
             self._appender.close()
             self.flush()
+            if not self._appender.lost_race:
+                self._take_producer_snapshot(self._next_offset)  # Kafka's snapshot at a clean close
         for seg in self._segments:
             seg.close()
         self.closed = True
@@ -607,6 +679,56 @@ class Log:
         self._next_offset = offset
         self.recovery_point = min(self.recovery_point, offset)
         self.flush()
+        self._delete_snapshots_after(offset)
+
+    def _index_aborted(self, txns) -> None:
+        """Put in its segment's `.txnindex` each aborted transaction (AbortedTxn) it lacks, durably: Kafka appends
+        the entry with the ABORT marker, and a producer snapshot above it tells a loader the index is whole. The
+        sink's coordinator has written its own already; markers appended by other means get theirs here."""
+        by_segment: dict[int, list] = {}
+        for txn in txns:
+            seg = self.segment_for(txn.last_offset)
+            if seg is not None:
+                by_segment.setdefault(seg.base_offset, []).append(txn)
+        for base, found in by_segment.items():
+            index = TransactionIndex.for_segment(self.fs, self.dir, base)
+            try:
+                have = set(index.entries()["last_offset"].astype(np.int64).tolist())
+                last = index.last_offset
+                for txn in found:
+                    if txn.last_offset in have:
+                        continue
+                    if last is not None and txn.last_offset < last:
+                        raise CorruptIndexError(
+                            f"transaction index {self.fs.url(index.path)} lacks the abort {txn} the log holds, "
+                            f"below its last entry"
+                        )
+                    index.append(txn)
+                    last = txn.last_offset
+                index.flush()
+            finally:
+                index.close()
+            self._txn_indexes.pop(base, None)  # a reader's cached copy is reread
+
+    def _delete_snapshots_after(self, offset: int) -> None:
+        """Truncation: the producer snapshots above the new log end go (Kafka's truncateAndReload), and the
+        producer table with them when it is past it (the next snapshot reloads it)."""
+        from .transactions.producer_snapshot import list_snapshots
+
+        if self._producers is not None and self._producers.as_of > offset:
+            self._producers = None
+        if not self.immutable:
+            self.fs.delete_many([s.path for s in list_snapshots(self.fs, self.dir) if s.offset > offset])
+
+    def _delete_snapshots_below_log_start(self) -> None:
+        """Retention or delete-records moved the log start: the producer snapshots below it go (Kafka deletes
+        those of the deleted segments; every one below the log start is one its loader would not use)."""
+        from .transactions.producer_snapshot import delete_snapshots_before
+
+        if self._producers is not None and self._producers.as_of < self.log_start_offset:
+            self._producers = None
+        if not self.immutable:
+            delete_snapshots_before(self.fs, self.dir, self.log_start_offset)
 
     def maybe_increment_log_start_offset(self, new_start: int) -> bool:
         """Move logStartOffset up (delete-records); segments wholly below it go at the next retention pass."""
@@ -619,6 +741,7 @@ class Log:
         if new_start <= self.log_start_offset:
             return False
         self.log_start_offset = new_start
+        self._delete_snapshots_below_log_start()
         return True
 
     # ---- retention support
@@ -642,6 +765,8 @@ class Log:
             self.fs.sync_dir(self.dir)
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        if doomed:
+            self._delete_snapshots_below_log_start()
         return doomed
 
     # ---- compaction support

@@ -6,6 +6,8 @@ control_records.py: control record keys (ControlRecordType) and the COMMIT/ABORT
 transaction_index.py: the per-segment `.txnindex` of aborted transactions (TransactionIndex, AbortedTxn);
 producer_snapshot.py: the producer state snapshot `<20-digit offset>.snapshot` (Kafka's
 ProducerStateManager.readSnapshot/writeSnapshot), its naming and listing;
+producer_table.py: each producer's snapshot entry (Kafka's ProducerStateEntry), advanced from batch headers,
+which a writer writes as a snapshot at each roll and clean close;
 transaction_state.py: the transactions open in a partition, its last stable offset and the aborted
 transactions its markers complete (the transaction half of Kafka's ProducerStateManager), rebuilt from
 the latest snapshot plus a header scan;
