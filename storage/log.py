@@ -40,6 +40,9 @@ from .transactions.isolation import READ_COMMITTED, parse_isolation_level
 from .transactions.transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
 
 log = logging.getLogger(__name__)
+# a writer's close snapshots only when this many offsets came after the latest snapshot (or there is none):
+# a sink closes its writer at every commit, Kafka its log only at shutdown (Log._close_snapshot_due)
+CLOSE_SNAPSHOT_MIN_OFFSETS = 50_000
 
 
 @dataclass(frozen=True)
@@ -319,6 +322,22 @@ class Log:
         for seg in adopted:
             self._take_producer_snapshot(seg.base_offset)
 
+    def _close_snapshot_due(self) -> bool:
+        """Kafka snapshots at a clean shutdown, which is rare; a sink's writer closes at every commit. So a close
+        writes one only when the partition has none yet, or CLOSE_SNAPSHOT_MIN_OFFSETS or more offsets came
+        after the latest: a reader then scans at most that many offsets of headers past a snapshot (rolls
+        snapshot as Kafka does, always)."""
+        if self._producers is not None and self._producers.snapshot_offset is not None:
+            latest = self._producers.snapshot_offset
+        else:
+            from .transactions.producer_snapshot import list_snapshots
+
+            snapshots = list_snapshots(self.fs, self.dir)
+            if not snapshots:
+                return self._producers_seen  # the first snapshot of a partition with producer batches
+            latest = snapshots[-1].offset
+        return self._next_offset - latest >= CLOSE_SNAPSHOT_MIN_OFFSETS
+
     def _take_producer_snapshot(self, offset: int) -> None:
         """Write `<offset>.snapshot` as Kafka does at a roll (the new segment's base offset) and a clean close
         (the log end), when this partition holds producer batches: one this writer appended, or a snapshot
@@ -403,7 +422,7 @@ class Log:
         if self.writable:
             self._appender.close()
             self.flush()
-            if not self._appender.lost_race:
+            if not self._appender.lost_race and self._close_snapshot_due():
                 self._take_producer_snapshot(self._next_offset)  # Kafka's snapshot at a clean close
         for seg in self._segments:
             seg.close()

@@ -299,3 +299,26 @@ def test_writers_closing_in_one_segment_leave_its_base_snapshot_and_the_latest(l
     assert offsets(lm) == [5, 6, 10]
     assert entries_at(lm, 6) == AT_6
     assert entries_at(lm, 10) == AT_10
+
+
+def test_a_close_snapshots_only_the_first_time_or_after_enough_offsets(lm, monkeypatch):
+    """A sink closes its writer at every commit: a close writes a snapshot when the partition has none, then
+    only once CLOSE_SNAPSHOT_MIN_OFFSETS offsets came after the latest (rolls always do)."""
+    import storage.log
+
+    monkeypatch.setattr(storage.log, "CLOSE_SNAPSHOT_MIN_OFFSETS", 5)
+    with lm.open_log(TP, writable=True) as log:
+        for b in BATCHES[:3]:  # offsets 0-5
+            log.append(b)
+    assert offsets(lm) == [6]  # the first
+    with lm.open_log(TP, writable=True) as log:
+        log.append(BATCHES[3])  # the log end 7: 1 offset after the snapshot
+    assert offsets(lm) == [6]
+    with lm.open_log(TP, writable=True) as log:
+        log.append(BATCHES[4])  # the log end 8: 2 after it
+    assert offsets(lm) == [6]
+    monkeypatch.setattr(storage.log, "CLOSE_SNAPSHOT_MIN_OFFSETS", 4)
+    with lm.open_log(TP, writable=True) as log:
+        log.append(BATCHES[5])  # the log end 10: 4 after it
+    assert offsets(lm)[-1] == 10
+    assert entries_at(lm, 10) == AT_10
