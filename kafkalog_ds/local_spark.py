@@ -114,10 +114,19 @@ def session(app: str, *, master: str = "local[2]", conf: dict | None = None, pro
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     began = time.monotonic()
+    started = threading.Event()
+
+    def heartbeat() -> None:  # no silence over 10 s on a first run: the JVM's start can take 30
+        while not started.wait(5):
+            say(f"{prog}: still starting Spark ({time.monotonic() - began:.0f} s)")
+
+    threading.Thread(target=heartbeat, daemon=True).start()
     try:
         spark = builder.getOrCreate()
     except Exception as e:  # pyspark's JAVA_GATEWAY_EXITED and the like: the JVM did not come up
         sys.exit(f"{prog}: error: Spark did not start: {' '.join(str(e).split())[:300]}")
+    finally:
+        started.set()
     spark.sparkContext.setLogLevel("ERROR")
     if _active is not None:  # SparkContext put pyspark's own SIGINT handler in place: ours again
         _active.attach(spark)
