@@ -7,6 +7,7 @@ segment roll and at a clean shutdown; a loader starts from the latest one instea
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import NamedTuple
 
@@ -17,6 +18,8 @@ from ..common.constants import INT32_MAX
 from ..errors import CorruptSnapshotError
 from ..fs.filesystem import LogFileSystem
 from ..topic_partition import PRODUCER_SNAPSHOT_FILE_SUFFIX, parse_segment_file, segment_file_name
+
+logger = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1  # ProducerSnapshot's only valid version
 VERSION_OFFSET = 0
@@ -184,6 +187,19 @@ def latest_snapshot(fs: LogFileSystem, dir: str) -> SnapshotFile | None:
     """The snapshot with the highest offset, the one a loader starts from (None when there is none)."""
     snapshots = list_snapshots(fs, dir)
     return snapshots[-1] if snapshots else None
+
+
+def latest_valid_snapshot(fs: LogFileSystem, dir: str, start: int, end: int) -> tuple[SnapshotFile, np.ndarray] | None:
+    """The latest snapshot whose offset lies in [start, end] (a partition's log start and end) and that reads
+    back whole, with its entries; a bad one is logged and an older one tried (Kafka's loader). None: none."""
+    for snap in reversed(list_snapshots(fs, dir)):
+        if not start <= snap.offset <= end:
+            continue
+        try:
+            return snap, read_snapshot(fs, snap.path)
+        except (CorruptSnapshotError, OSError) as e:
+            logger.warning("ignoring producer snapshot %s (%s); trying an older one", fs.url(snap.path), e)
+    return None
 
 
 def delete_snapshots_before(fs: LogFileSystem, dir: str, offset: int) -> list[SnapshotFile]:

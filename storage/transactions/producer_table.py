@@ -11,11 +11,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..common.constants import INT32_MAX
-from ..errors import CorruptSnapshotError, TooManyProducersError
+from ..errors import TooManyProducersError
 from ..file_records import BatchChunk
 from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from .control_records import EndTransactionMarker
-from .producer_snapshot import PRODUCER_ENTRY_DTYPE, list_snapshots, read_snapshot, write_snapshot
+from .producer_snapshot import PRODUCER_ENTRY_DTYPE, latest_valid_snapshot, write_snapshot
 from .transaction_index import AbortedTxn
 from .transaction_state import MAX_OPEN_TRANSACTIONS, TransactionScan
 
@@ -98,18 +98,11 @@ class ProducerTable:
         from the log start (Kafka's loader)."""
         partition = f"{log.tp.topic}-{log.tp.partition}"
         start = log.log_start_offset
-        table = None
-        for snap in reversed(list_snapshots(log.fs, log.dir)):
-            if not start <= snap.offset <= end:
-                continue
-            try:
-                entries = read_snapshot(log.fs, snap.path)
-            except (CorruptSnapshotError, OSError) as e:
-                logger.warning("ignoring producer snapshot %s (%s); trying an older one", log.fs.url(snap.path), e)
-                continue
+        found = latest_valid_snapshot(log.fs, log.dir, start, end)
+        if found is not None:
+            snap, entries = found
             table = cls(partition, snap.offset, entries, max_producers=max_producers, snapshot_offset=snap.offset)
-            break
-        if table is None:
+        else:
             table = cls(partition, start, max_producers=max_producers)
         table.advance(log, end)
         return table

@@ -13,11 +13,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..errors import CorruptIndexError, CorruptRecordError, CorruptSnapshotError, TooManyProducersError
+from ..errors import CorruptIndexError, CorruptRecordError, TooManyProducersError
 from ..file_records import BatchChunk
 from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from .control_records import ControlRecordType, EndTransactionMarker
-from .producer_snapshot import list_snapshots, read_snapshot
+from .producer_snapshot import latest_valid_snapshot
 from .transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, AbortedTxn, TransactionIndex
 
 logger = logging.getLogger(__name__)
@@ -145,21 +145,15 @@ def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     """(offset, producerId -> open transaction's first offset) from the latest snapshot of `log` whose offset
     lies in [log start, `end`] and that reads back whole; a bad one is logged and an older one tried. With
     none: the log start offset and no open transaction (Kafka's loader rebuilds from there)."""
-    start = log.log_start_offset
-    for snap in reversed(list_snapshots(log.fs, log.dir)):
-        if not start <= snap.offset <= end:
-            continue
-        try:
-            entries = read_snapshot(log.fs, snap.path)
-        except (CorruptSnapshotError, OSError) as e:
-            logger.warning("ignoring producer snapshot %s (%s); trying an older one", log.fs.url(snap.path), e)
-            continue
-        first = entries["current_txn_first_offset"].astype(np.int64)
-        open_ = first >= 0
-        return snap.offset, dict(
-            zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True)
-        )
-    return start, {}
+    found = latest_valid_snapshot(log.fs, log.dir, log.log_start_offset, end)
+    if found is None:
+        return log.log_start_offset, {}
+    snap, entries = found
+    first = entries["current_txn_first_offset"].astype(np.int64)
+    open_ = first >= 0
+    return snap.offset, dict(
+        zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True)
+    )
 
 
 def as_entries(txns: Iterable[AbortedTxn]) -> np.ndarray:
