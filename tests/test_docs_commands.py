@@ -7,9 +7,12 @@ directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR
   describe, maintain on ./logs);
 - docs/cli.md: the quick tour and the examples of topics, produce, consume, dump-log, delete-records
   and describe;
-- docs/maintenance.md: its ```python blocks, each run by python as a fresh script in a fresh directory.
+- docs/maintenance.md: its ```python blocks, each run by python as a fresh script in a fresh directory;
+- README.md, section "From Python": its ```python block, the same way, then a maintenance pass that must
+  keep its records.
 
-Skipped: README's install/demo block and its test-suite block (Spark, pip, the whole suite), and
+Skipped: README's install/demo block and its test-suite block (Spark, pip, the whole suite), the Spark
+fragments of README.md and docs/spark.md (they name a DataFrame and paths of the reader's own), and
 docs/cli.md's maintain block (a synopsis on a placeholder ROOT, with a loop that never ends and a
 --spark run). A line the docs mark as failing (`|| echo "exit code $?"`) must fail with exit code 1
 (an error, as docs/cli.md's exit codes say); every other command must succeed (set -e).
@@ -131,3 +134,20 @@ def test_maintenance_doc_python_snippets_run_as_pasted(tmp_path):
         )
         if "run_once(" in block:  # the pass ran over the topic it names
             assert p.stdout.startswith("changelog-0: ok;"), p.stdout
+
+
+def test_readme_python_snippet_runs_as_pasted_and_its_records_survive_maintenance(tmp_path):
+    """README "From Python": run as a fresh script; its records carry timestamps of now, so a maintenance pass
+    under the default retention (7 days) keeps them."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        (block,) = python_blocks(section(f.read(), "From Python"))
+    env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(tmp_path)}
+    env.pop("PYTHONSTARTUP", None)
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, "-c", block], **run)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, f"README python block: {p.stderr[-3000:]}"
+    assert "'value': [b'v1', b'v2']" in p.stdout
+    kafkalog = [sys.executable, "-m", "kafkalog_ds"]
+    assert subprocess.run(kafkalog + ["maintain", "./logs", "--once"], **run).returncode == 0
+    out = subprocess.run(kafkalog + ["consume", "./logs", "--topic", "events", "--offset", "earliest"], **run)
+    assert len(out.stdout.splitlines()) == 2, out.stdout + out.stderr
