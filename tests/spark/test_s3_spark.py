@@ -76,7 +76,8 @@ def test_stream_sink_on_s3_writes_kafka_files_once_and_spark_reads_them(spark_se
 
     assert all((murmur2(r[2]) & 0x7FFFFFFF) % 3 == p for p, rows in got.items() for r in rows)
     names = segment_names(s3_server, url, "events", 3)
-    assert all(len(n) == 3 for n in names.values())  # one segment object per partition per micro-batch
+    # per partition per micro-batch: its data object and its COMMIT marker object (the sink's transactions)
+    assert all(len(n) == 6 for n in names.values())
 
     # Spark's micro-batch 2 again (its commit forgotten, as after a driver crash): every partition skips it
     for name in ("2", ".2.crc"):
@@ -212,9 +213,10 @@ def test_read_stream_available_now_from_s3_twice(spark_session, s3_server, s3_ro
 
 
 def test_put_failing_mid_commit_then_restart_leaves_every_row_once(spark_session, s3_faults, s3_root, tmp_path):
-    """Micro-batch 1's create-only PUT of partition 1's segment is refused (403): the commit fails after
-    partition 0's segment is in. Restarted from the checkpoint, Spark replays batch 1: partition 0 skips
-    it (its segment already holds it), 1 and 2 append it. Every source row once."""
+    """Partition 1's second segment PUT, micro-batch 0's COMMIT marker object, is refused (403): the commit
+    fails after its decision (commit) and partition 0's marker. Restarted from the checkpoint, the writer
+    rolls the transaction forward (the missing COMMIT markers go in, nothing is cut), Spark's replay of batch 0
+    finds it committed, and batch 1 follows. A read_committed consumer gets every source row once."""
     server, (url, _) = s3_faults, s3_root
     src, ckpt = str(tmp_path / "in"), str(tmp_path / "ckpt")
     write_input(spark_session, src, 600, 2)
@@ -225,13 +227,16 @@ def test_put_failing_mid_commit_then_restart_leaves_every_row_once(spark_session
         q.awaitTermination(180)
     assert fault.failed == 1
     names = segment_names(server, url, "events", 3)
-    assert [len(names[p]) for p in range(3)] == [2, 1, 1]  # batch 1 is in partition 0 only, whole
+    # batch 0's data in every partition, its COMMIT marker in partition 0 only
+    assert [len(names[p]) for p in range(3)] == [2, 1, 1]
     server.clear_faults()
 
     q = sink(spark_session, server, url, src, ckpt)
     q.awaitTermination(180)
     assert q.exception() is None
-    got = log_records(server, url, "events", 3)
+    got = log_records(server, url, "events", 3)  # read_committed, and no transaction left open
     values = sorted(int(r[3]) for rows in got.values() for r in rows)
     assert values == list(range(600))
-    assert segment_names(server, url, "events", 3)[0] == names[0]  # the replay added nothing to partition 0
+    after = segment_names(server, url, "events", 3)
+    assert all(set(names[p]) <= set(after[p]) for p in range(3))  # nothing was cut
+    assert [len(after[p]) for p in range(3)] == [4, 4, 4]  # batch 0 once (rolled forward), then batch 1
