@@ -16,7 +16,7 @@ def live_files(lm, tp=TP) -> dict[int, dict[str, bytes]]:
     out: dict[int, dict[str, bytes]] = {}
     for f in lm.fs.listdir(d):
         p = parse_segment_file(f.name)
-        if p is None:
+        if p is None or p.suffix == ".snapshot":  # a producer snapshot belongs to no segment
             continue
         assert p.extra in ("", ".deleted"), f"leftover {f.name}"
         if not p.extra:
