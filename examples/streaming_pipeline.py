@@ -15,9 +15,7 @@ import subprocess
 import sys
 import time
 
-from kafkalog_ds.local_spark import EXIT_INTERRUPTED, Interrupt, say, session, stop_between_batches
-from storage.errors import UnknownTopicOrPartitionError
-from storage.log_manager import LogManager
+from kafkalog_ds.local_spark import EXIT_INTERRUPTED, Interrupt, say, session, still, stop_between_batches
 
 PROG = "streaming_pipeline"
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "demo-logs")
@@ -35,6 +33,9 @@ def fail(reason: str) -> None:
 def end_offsets() -> dict[int, tuple[int, int]]:
     """Partition -> (log start, log end) of topic "events" now: what the sink has committed (the log is
     the truth, not the query)."""
+    from storage.errors import UnknownTopicOrPartitionError  # imported here: "starting Spark" comes first
+    from storage.log_manager import LogManager
+
     lm = LogManager(root)
     try:
         parts = lm.partitions("events")
@@ -120,10 +121,12 @@ def main() -> None:
         )
         sys.exit(EXIT_INTERRUPTED)
     print(f"committed {written} records in {batches} micro-batches into {root}")
-    subprocess.run(kafkalog + ["describe", root], check=True)
-    subprocess.run(
-        kafkalog + ["consume", root, "--topic", "events", "--partition", "0", "--max-messages", "3"], check=True
-    )
+    say(f"{PROG}: reading the log back with kafkalog describe and consume (a first run compiles the decoder)")
+    with still(f"{PROG}: still reading"):
+        subprocess.run(kafkalog + ["describe", root], check=True)
+        subprocess.run(
+            kafkalog + ["consume", root, "--topic", "events", "--partition", "0", "--max-messages", "3"], check=True
+        )
 
     # an independent Kafka client reads the same files
     from kafka.record import MemoryRecords

@@ -10,6 +10,7 @@ which cancels every job mid-task and raises KeyboardInterrupt wherever the drive
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 # Spark's loggers whose errors the callers report themselves, in one line, from query.exception() or the
 # raised error: a stream stopped or failed logs them as ERROR with a Java trace.
@@ -37,6 +39,24 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by 
 def say(message: str) -> None:
     """A progress line on stderr (stdout stays the command's output), flushed at once."""
     print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def still(what: str, every_s: float = 5.0) -> Iterator[None]:
+    """Say `what (N s)` every `every_s` seconds while the block runs: no silence over 10 s on a first run
+    (a JVM's start, a first import, a first compile of the record kernels)."""
+    began = time.monotonic()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            say(f"{what} ({time.monotonic() - began:.0f} s)")
+
+    threading.Thread(target=beat, daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def _quiet_conf_dir() -> str:
@@ -102,31 +122,23 @@ def session(app: str, *, master: str = "local[2]", conf: dict | None = None, pro
     reason = java_missing_reason()
     if reason is not None:
         sys.exit(f"{prog}: error: {reason}")
-    from pyspark.sql import SparkSession
-
     say(f"{prog}: starting Spark ({master}); the first start takes 10-30 s")
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
     began = time.monotonic()
-    started = threading.Event()
+    with still(f"{prog}: still starting Spark"):
+        from pyspark.sql import SparkSession  # a first import after install compiles pyspark's modules
 
-    def heartbeat() -> None:  # no silence over 10 s on a first run: the JVM's start can take 30
-        while not started.wait(5):
-            say(f"{prog}: still starting Spark ({time.monotonic() - began:.0f} s)")
-
-    threading.Thread(target=heartbeat, daemon=True).start()
-    try:
-        spark = builder.getOrCreate()
-    except Exception as e:  # pyspark's JAVA_GATEWAY_EXITED and the like: the JVM did not come up
-        sys.exit(f"{prog}: error: Spark did not start: {' '.join(str(e).split())[:300]}")
-    finally:
-        started.set()
+        builder = (
+            SparkSession.builder.master(master)
+            .appName(app)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+        for key, value in (conf or {}).items():
+            builder = builder.config(key, value)
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:  # pyspark's JAVA_GATEWAY_EXITED and the like: the JVM did not come up
+            sys.exit(f"{prog}: error: Spark did not start: {' '.join(str(e).split())[:300]}")
     spark.sparkContext.setLogLevel("ERROR")
     if _active is not None:  # SparkContext put pyspark's own SIGINT handler in place: ours again
         _active.attach(spark)
