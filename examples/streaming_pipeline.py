@@ -15,7 +15,14 @@ import subprocess
 import sys
 import time
 
-from kafkalog_ds.local_spark import EXIT_INTERRUPTED, Interrupt, say, session, still, stop_between_batches
+from kafkalog_ds.local_spark import (
+    EXIT_INTERRUPTED,
+    Interrupt,
+    say,
+    session,
+    still,
+    stop_between_batches,
+)
 
 PROG = "streaming_pipeline"
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "demo-logs")
@@ -23,6 +30,7 @@ target = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
 timeout_s = float(os.environ.get("KAFKALOG_DEMO_TIMEOUT_S", "600"))  # a bound for a broken setup, not a schedule
 checkpoint = root + "-checkpoint"
 kafkalog = [sys.executable, "-m", "kafkalog_ds"]  # the `kafkalog` command of this interpreter
+say(f"{PROG}: a Spark streaming query into a Kafka-format log in {root}, then reading it back")
 
 
 def fail(reason: str) -> None:
@@ -97,7 +105,10 @@ def run() -> tuple[int, int, bool]:
                 next_report = time.monotonic() + 5
         error = query.exception()
         stop.immediate = True  # a Ctrl-C now cancels at once
-        stop_between_batches(query, deadline=deadline)  # no batch is cut short
+        if query.isActive:
+            say(f"{PROG}: {written} records committed; stopping the query between two micro-batches")
+            with still(f"{PROG}: still waiting for the micro-batch under way to end"):
+                stop_between_batches(query, deadline=deadline)  # no batch is cut short
         batches = sum(1 for p in query.recentProgress if p["numInputRows"])
     spark.stop()
     written = committed() - before
