@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
     import pyarrow
 
     from .transactions.producer_table import ProducerTable
-    from .transactions.transaction_state import TransactionState
 
 from .common.time import SYSTEM_TIME
 from .errors import CorruptIndexError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
@@ -35,9 +34,10 @@ from .objects.immutable_segment import immutable_segments
 from .objects.object_appender import ObjectAppender
 from .objects.segment_metadata import largest_timestamp
 from .records.record_batch import BatchScan
-from .topic_partition import DELETED_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX, TopicPartition, segment_file_name
+from .topic_partition import DELETED_FILE_SUFFIX, TopicPartition
 from .transactions.isolation import READ_COMMITTED, parse_isolation_level
-from .transactions.transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
+from .transactions.transaction_index import TransactionIndex
+from .transactions.transaction_view import TransactionView
 
 log = logging.getLogger(__name__)
 # a writer's close snapshots only when this many offsets came after the latest snapshot (or there is none):
@@ -148,8 +148,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = SYSTEM_TIME.milliseconds()
         self.closed = False
-        self._txn_state: TransactionState | None = None  # loaded by the first read_committed use
-        self._txn_indexes: dict[int, TransactionIndex] = {}  # by segment base offset, opened on first use
+        self._transactions = TransactionView(self, self._segments)  # the read_committed side, loaded on first use
         self._producers: ProducerTable | None = None  # a writer's producer table, loaded by the first snapshot
         self._producers_seen = False  # an append of this writer carried a producer id
         self._snapshots_listed = False  # the directory was listed for snapshots (logs with no producer id)
@@ -529,92 +528,24 @@ class Log:
                     yield batch
 
     # ------------------------------------------------------------------ transactions (read side)
-    def _transaction_state(self) -> TransactionState:
-        if self._txn_state is None:
-            from .transactions.transaction_state import TransactionState
-
-            self._txn_state = TransactionState.load(self, self._next_offset)
-            self._rewrite_txn_indexes(self._txn_state)
-        return self._txn_state
-
-    def _rewrite_txn_indexes(self, state: TransactionState) -> None:
-        """A writer puts the aborted transactions the state found in place of each missing or bad `.txnindex`
-        (Kafka's loader rebuilds it on recovery); a reader only uses them."""
-        if not self.writable or self.closed:
-            return
-        from .transactions.transaction_index import entries_to_txns
-
-        for seg in self._segments:
-            rebuilt = state.rebuilt.get(seg.base_offset)
-            if rebuilt is None:
-                continue
-            index = self.txn_index(seg)
-            if self.fs.exists(index.path):
-                self.fs.delete_many([index.path])  # a bad file is not read again, only replaced
-            index = self._txn_indexes[seg.base_offset] = TransactionIndex(self.fs, index.path, seg.base_offset)
-            for txn in entries_to_txns(rebuilt):
-                index.append(txn)
-            index.flush()
-            index.close()
-            log.info("rebuilt transaction index %s (%d entries)", self.fs.url(index.path), len(rebuilt))
-
     @property
     def last_stable_offset(self) -> int:
         """The first offset of the earliest transaction still open in this partition, else the log end offset
         (Kafka's UnifiedLog.lastStableOffset). Worked out on first use, from the latest producer snapshot and a
-        scan of batch headers after it (transaction_state.TransactionState), and kept: a reader that never asks
+        scan of batch headers after it (transaction_view.TransactionView), and kept: a reader that never asks
         pays nothing."""
         if self._tail_error is not None:
             raise self._tail_error
-        return self._transaction_state().last_stable_offset(self.log_start_offset, self._next_offset)
+        return self._transactions.last_stable_offset(self._next_offset)
 
     def txn_index(self, seg: LogSegment) -> TransactionIndex:
         """The `.txnindex` of a segment of this log (opened once; read on first use)."""
-        path = self.fs.join(seg.dir, segment_file_name(seg.base_offset, TXN_INDEX_FILE_SUFFIX)) + seg.file_suffix
-        index = self._txn_indexes.get(seg.base_offset)
-        if index is None or index.path != path:
-            index = self._txn_indexes[seg.base_offset] = TransactionIndex(self.fs, path, seg.base_offset)
-        return index
-
-    def _aborted_entries(self, seg: LogSegment) -> np.ndarray:
-        """The aborted transactions of a segment: its `.txnindex`, unless the transaction state found it
-        missing or bad (then what the log holds); a bad index before the state's scan makes it rescan the
-        log from its start."""
-        state = self._transaction_state()
-        rebuilt = state.rebuilt.get(seg.base_offset)
-        if rebuilt is not None:
-            return rebuilt
-        index = self.txn_index(seg)
-        try:
-            index.sanity_check()
-            return index.entries()
-        except CorruptIndexError as e:
-            if state.covers(seg.base_offset):
-                raise  # the state checked it: it changed since
-            log.warning("%s; scanning the log from its start for its aborted transactions", e)
-            from .transactions.transaction_state import TransactionState
-
-            self._txn_state = state = TransactionState.load(self, self._next_offset, from_log_start=True)
-            return state.rebuilt.get(seg.base_offset, np.empty(0, ABORTED_TXN_DTYPE))
+        return self._transactions.txn_index(seg)
 
     def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> np.ndarray:
-        """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
-        Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,
-        until an entry's lastStableOffset reaches upper_bound_offset. A segment with no `.txnindex` has none,
-        unless the transaction state's scan found aborts in it."""
-        from .transactions.transaction_state import collect_aborted
-
-        found = []
-        start = max(0, self._segments.floor_index(start_offset))
-        for k in range(start, len(self._segments)):
-            seg = self._segments[k]
-            if seg.base_offset >= upper_bound_offset and k > start:
-                break
-            entries, complete = collect_aborted(self._aborted_entries(seg), start_offset, upper_bound_offset)
-            found.append(entries)
-            if complete:
-                break
-        return np.concatenate(found, dtype=ABORTED_TXN_DTYPE) if found else np.empty(0, ABORTED_TXN_DTYPE)
+        """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset)
+        (Kafka's UnifiedLog.collectAbortedTransactions; see TransactionView.collect_aborted_txns)."""
+        return self._transactions.collect_aborted_txns(start_offset, upper_bound_offset, self._next_offset)
 
     def offset_for_timestamp(self, timestamp: int, *, isolation_level: str = "read_uncommitted") -> int | None:
         """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time).
@@ -727,7 +658,7 @@ class Log:
                 index.flush()
             finally:
                 index.close()
-            self._txn_indexes.pop(base, None)  # a reader's cached copy is reread
+            self._transactions.forget_index(base)  # a reader's cached copy is reread
 
     def _delete_snapshots_after(self, offset: int) -> None:
         """Truncation: the producer snapshots above the new log end go (Kafka's truncateAndReload), and the

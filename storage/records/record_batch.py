@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import crc32c as _crc32c
@@ -320,6 +321,17 @@ def scan_batches(
     return BatchScan(positions=positions, headers=headers, end=int(stop), reason=int(reason))
 
 
+def _raise_at_first(
+    bad: np.ndarray, describe: Callable[[int], str], scan: BatchScan, source: str | None, base_position: int
+) -> None:
+    """CorruptRecordError at the first scanned batch `bad` marks, naming its file position; describe(i) says
+    what is wrong with batch i."""
+    hits = np.flatnonzero(bad)
+    if hits.size:
+        i = int(hits[0])
+        raise CorruptRecordError(describe(i), source=source, position=int(scan.positions[i]) + base_position)
+
+
 def validate_batches(
     buf,
     scan: BatchScan,
@@ -340,46 +352,43 @@ def validate_batches(
         return
     h = scan.headers
     magic = h["magic"]
-    bad = np.flatnonzero(magic != MAGIC_V2)
-    if bad.size:
-        i = int(bad[0])
-        raise CorruptRecordError(
-            f"unsupported magic {int(magic[i])} (only v2 batches are supported)",
-            source=source,
-            position=int(scan.positions[i]) + base_position,
-        )
+    _raise_at_first(
+        magic != MAGIC_V2,
+        lambda i: f"unsupported magic {int(magic[i])} (only v2 batches are supported)",
+        scan,
+        source,
+        base_position,
+    )
     codecs = h["attributes"].astype(np.int64) & COMPRESSION_CODEC_MASK
-    bad = np.flatnonzero(codecs > CompressionType.ZSTD)
-    if bad.size:
-        i = int(bad[0])
-        raise CorruptRecordError(
-            f"unknown compression codec {int(codecs[i])} in batch at offset {int(h['base_offset'][i])}",
-            source=source,
-            position=int(scan.positions[i]) + base_position,
-        )
+    _raise_at_first(
+        codecs > CompressionType.ZSTD,
+        lambda i: f"unknown compression codec {int(codecs[i])} in batch at offset {int(h['base_offset'][i])}",
+        scan,
+        source,
+        base_position,
+    )
     deltas = h["last_offset_delta"].astype(np.int64)
     counts = h["record_count"].astype(np.int64)
     # recordCount may be below lastOffsetDelta + 1 (compaction leaves gaps, even empty batches)
-    bad = np.flatnonzero((deltas < 0) | (counts < 0) | (counts > deltas + 1))
-    if bad.size:
-        i = int(bad[0])
-        raise CorruptRecordError(
-            f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}",
-            source=source,
-            position=int(scan.positions[i]) + base_position,
-        )
+    _raise_at_first(
+        (deltas < 0) | (counts < 0) | (counts > deltas + 1),
+        lambda i: f"inconsistent batch: recordCount {int(counts[i])}, lastOffsetDelta {int(deltas[i])}",
+        scan,
+        source,
+        base_position,
+    )
     base = h["base_offset"].astype(np.int64)
     last = base + deltas
     prev_last = np.concatenate(
         ([(expected_first_offset - 1) if expected_first_offset is not None else INT64_MIN], last[:-1])
     )
-    bad = np.flatnonzero(base <= prev_last) if check_offsets else np.empty(0, np.int64)
-    if bad.size:
-        i = int(bad[0])
-        raise CorruptRecordError(
-            f"offsets out of order: batch baseOffset {int(base[i])} after lastOffset {int(prev_last[i])}",
-            source=source,
-            position=int(scan.positions[i]) + base_position,
+    if check_offsets:
+        _raise_at_first(
+            base <= prev_last,
+            lambda i: f"offsets out of order: batch baseOffset {int(base[i])} after lastOffset {int(prev_last[i])}",
+            scan,
+            source,
+            base_position,
         )
     if check_crc:
         view = as_uint8(buf).data

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -274,11 +275,7 @@ def _transaction_data_immutable(
     data = None
     headers: dict = {}  # first batch headers by base offset, kept across attempts (segments are immutable)
     lost: ConcurrentAppendError | None = None
-    for attempt in range(max(1, retries)):
-        if attempt:  # back off a little, more after each loss
-            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
-        for d in lm.log_dirs:  # one LIST each answers open_log's existence checks from the listing cache
-            lm.fs.listdir(d)
+    for attempt in _race_attempts(lm, retries):
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
             state.headers.update(headers)
@@ -324,11 +321,7 @@ def _marker_immutable(
 ) -> None:
     """Open the partition until the writer has no transaction open in it: each opening ends the decided
     transactions (resolve_pending); a marker that lost the race for the log end is retried after a reopen."""
-    for attempt in range(max(1, retries)):
-        if attempt:
-            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
-        for d in lm.log_dirs:
-            lm.fs.listdir(d)
+    for _ in _race_attempts(lm, retries):
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
             state.resolve_pending(plog, now_ms=clock.milliseconds())
@@ -439,11 +432,7 @@ def _commit_immutable(
     data = None
     headers: dict = {}  # first batch headers by base offset, kept across attempts (segments are immutable)
     lost: ConcurrentAppendError | None = None
-    for attempt in range(max(1, retries)):
-        if lost is not None:  # back off a little, more after each loss
-            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
-        for d in lm.log_dirs:  # one LIST each answers open_log's existence checks from the listing cache
-            lm.fs.listdir(d)
+    for attempt in _race_attempts(lm, retries):
         with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
             state = plog.producer_state
             state.headers = headers
@@ -483,6 +472,19 @@ def _commit_immutable(
         partition=tp.partition,
         offset=lost.offset,
     )
+
+
+def _race_attempts(lm: LogManager, retries: int) -> Iterator[int]:
+    """The attempts (0, 1, ...; at most max(1, retries)) of a create-only write racing other writers for the
+    log end of an immutable-segment partition: before each but the first a random back-off that grows with
+    the losses (at most 1 s); before each a LIST of every log dir, so open_log's existence checks come from
+    the listing cache."""
+    for attempt in range(max(1, retries)):
+        if attempt:
+            time.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** min(attempt, 8))))
+        for d in lm.log_dirs:
+            lm.fs.listdir(d)
+        yield attempt
 
 
 def _read_stamped(

@@ -11,6 +11,8 @@ which a writer writes as a snapshot at each roll and clean close;
 transaction_state.py: the transactions open in a partition, its last stable offset and the aborted
 transactions its markers complete (the transaction half of Kafka's ProducerStateManager), rebuilt from
 the latest snapshot plus a header scan;
+transaction_view.py: a Log's transactions as a read_committed reader sees them (TransactionView: the last
+stable offset, the aborted transactions over a range, the segments' `.txnindex` files), loaded on first use;
 isolation.py: the isolation levels (read_uncommitted, read_committed) and their option parsing;
 transaction_coordinator.py: the sink's transactions: the create-only decision file (the role of Kafka's
 transaction log), the COMMIT/ABORT marker batch it appends and the `.txnindex` entry of an abort.

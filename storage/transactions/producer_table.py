@@ -14,10 +14,9 @@ from ..common.constants import INT32_MAX
 from ..errors import TooManyProducersError
 from ..file_records import BatchChunk
 from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
-from .control_records import EndTransactionMarker
 from .producer_snapshot import PRODUCER_ENTRY_DTYPE, latest_valid_snapshot, write_snapshot
 from .transaction_index import AbortedTxn
-from .transaction_state import MAX_OPEN_TRANSACTIONS, TransactionScan
+from .transaction_state import MAX_OPEN_TRANSACTIONS, TransactionScan, read_end_marker
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +157,7 @@ class ProducerTable:
     @staticmethod
     def _apply_marker(entry: list[int], chunk: BatchChunk, i: int) -> None:
         """ProducerStateEntry.update(epoch, coordinatorEpoch, timestamp) for the marker in control batch i."""
-        marker, timestamp = _read_marker(chunk, i)
+        marker, timestamp = read_end_marker(chunk, i)
         epoch = int(chunk.scan.headers["producer_epoch"][i])
         if epoch != entry[_EPOCH]:  # maybeUpdateProducerEpoch: a new epoch drops the batch metadata
             entry[_EPOCH] = epoch
@@ -190,20 +189,3 @@ class ProducerTable:
         self.snapshot_offset = offset
         logger.info("wrote producer snapshot %s with %d producer ids", log.fs.url(path), len(self.entries))
         return path
-
-
-def _read_marker(chunk: BatchChunk, i: int) -> tuple[EndTransactionMarker, int]:
-    """The marker of control batch i of the chunk and its record's timestamp (Kafka reads the first record)."""
-    from ..errors import CorruptRecordError
-    from ..records.decoder import decode_batches
-
-    start = int(chunk.scan.positions[i])
-    end = start + int(chunk.scan.sizes[i])
-    position = chunk.base_position + start
-    records = decode_batches(chunk.buf[start:end], skip_control=False, source=chunk.source, base_position=position)
-    if not records.num_rows:
-        raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
-    key = records.column("key")[0].as_py()
-    value = records.column("value")[0].as_py()
-    marker = EndTransactionMarker.deserialize(key, value, source=chunk.source, position=position)
-    return marker, int(records.column("timestamp")[0].as_py())

@@ -116,7 +116,7 @@ class TransactionScan:
                 if pid not in self.ongoing:
                     self._open(pid, base)
                 continue
-            marker = self._marker(chunk, i)
+            marker, _ = read_end_marker(chunk, i)
             first = self.ongoing.get(pid)
             if first is None:
                 continue  # an empty transaction: nothing to complete (Kafka emits no CompletedTxn)
@@ -125,20 +125,22 @@ class TransactionScan:
             del self.ongoing[pid]
         return aborted
 
-    @staticmethod
-    def _marker(chunk: BatchChunk, i: int) -> EndTransactionMarker:
-        """The marker in control batch i of the chunk: its one record's key and value (Kafka reads the first)."""
-        from ..records.decoder import decode_batches
 
-        start = int(chunk.scan.positions[i])
-        end = start + int(chunk.scan.sizes[i])
-        position = chunk.base_position + start
-        records = decode_batches(chunk.buf[start:end], skip_control=False, source=chunk.source, base_position=position)
-        if not records.num_rows:
-            raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
-        key = records.column("key")[0].as_py()
-        value = records.column("value")[0].as_py()
-        return EndTransactionMarker.deserialize(key, value, source=chunk.source, position=position)
+def read_end_marker(chunk: BatchChunk, i: int) -> tuple[EndTransactionMarker, int]:
+    """The marker in control batch i of the chunk and its record's timestamp: the batch's first record's key,
+    value and timestamp (Kafka reads the first record), checked as EndTransactionMarker.deserialize does."""
+    from ..records.decoder import decode_batches
+
+    start = int(chunk.scan.positions[i])
+    end = start + int(chunk.scan.sizes[i])
+    position = chunk.base_position + start
+    records = decode_batches(chunk.buf[start:end], skip_control=False, source=chunk.source, base_position=position)
+    if not records.num_rows:
+        raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
+    key = records.column("key")[0].as_py()
+    value = records.column("value")[0].as_py()
+    marker = EndTransactionMarker.deserialize(key, value, source=chunk.source, position=position)
+    return marker, int(records.column("timestamp")[0].as_py())
 
 
 def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:

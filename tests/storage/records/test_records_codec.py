@@ -33,6 +33,7 @@ from storage.records.record_batch import (
     TimestampType,
     compute_crc,
     scan_batches,
+    validate_batches,
 )
 from storage.records.record_batch import (
     CompressionType as C,
@@ -637,6 +638,45 @@ def test_unknown_codec():
     struct.pack_into(">h", buf, 21, 6)
     with pytest.raises(CorruptRecordError, match="codec 6"):
         decode_batches(bytes(recrc(buf)))
+
+
+def _break_magic(b: bytearray) -> None:
+    b[16] = 1
+
+
+def _break_codec(b: bytearray) -> None:
+    struct.pack_into(">h", b, 21, 6)
+    recrc(b)
+
+
+def _break_count(b: bytearray) -> None:
+    struct.pack_into(">i", b, 57, 9)  # recordCount above lastOffsetDelta + 1
+    recrc(b)
+
+
+def _break_order(b: bytearray) -> None:
+    struct.pack_into(">q", b, 0, 1)  # baseOffset 1, inside the first batch's offsets
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "message"),
+    [
+        (_break_magic, "magic 1"),
+        (_break_codec, "codec 6"),
+        (_break_count, "inconsistent batch"),
+        (_break_order, "offsets out of order"),
+    ],
+)
+def test_a_bad_batch_header_names_the_batch_position_in_the_file(corrupt, message):
+    """validate_batches (a segment's read and recovery checks) names the second batch's position in the file."""
+    first = simple()
+    second = simple(base_offset=3)
+    corrupt(second)
+    buf = bytes(first + second)
+    with pytest.raises(CorruptRecordError, match=message) as e:
+        validate_batches(buf, scan_batches(buf), source="seg.log", base_position=1000)
+    assert e.value.position == 1000 + len(first)
+    assert e.value.source == "seg.log"
 
 
 def test_decompression_bomb_batch():

@@ -192,3 +192,15 @@ def test_a_writer_rewrites_a_missing_or_bad_txnindex_from_the_log(root):
         with lm.open_log(TP, writable=True) as log:
             assert log.last_stable_offset == 8
         assert TransactionIndex(lm.fs, path, 0).all_aborted_txns() == [AbortedTxn(1, 0, 5, 3)]
+
+
+def test_a_txnindex_the_writer_appends_at_a_snapshot_is_reread_by_its_own_log(root):
+    """A marker appended by other means than the sink's coordinator gets its `.txnindex` entry when the writer
+    snapshots (Log._index_aborted); the Log's cached copy of that index is dropped, so it reads the entry."""
+    lm = write(root, data(1, [b"a0", b"a1", b"a2"]))
+    with lm.open_log(TP, writable=True) as log:
+        seg = log.active_segment
+        assert not len(log.txn_index(seg).entries())  # no file yet: read (and cached) as empty
+        log.append(marker(1, ControlRecordType.ABORT))
+        log.roll()  # the snapshot at the new segment's base indexes the abort first
+        assert entries_to_txns(log.txn_index(seg).entries()) == [AbortedTxn(1, 0, 3, 4)]

@@ -1,0 +1,123 @@
+"""A Log's transactions as a read_committed reader sees them: the last stable offset and the aborted
+transactions over a range of offsets (Kafka's UnifiedLog.lastStableOffset and collectAbortedTransactions)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CorruptIndexError
+from ..topic_partition import TXN_INDEX_FILE_SUFFIX, segment_file_name
+from .transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
+
+if TYPE_CHECKING:  # the transaction state loads Arrow (marker decoding): only a read_committed use imports it
+    from .transaction_state import TransactionState
+
+log = logging.getLogger(__name__)
+
+
+class TransactionView:
+    """The read side of one Log's transactions: its TransactionState (open transactions, the aborts that stand
+    in for missing or bad `.txnindex` files), built on first use from the latest producer snapshot and a header
+    scan and kept, and the segments' `.txnindex` files, each opened once.
+
+    Invariants: a Log that never reads read_committed never loads the state; the state is as of the log end the
+    Log passes on its first use (a Log reads up to the end it loaded); a writer replaces each index the state
+    distrusts with what the state found, a reader only uses them. The owning Log calls forget_index when it
+    appends to a segment's `.txnindex` itself, so the next use rereads it. Not thread-safe, as its Log.
+    """
+
+    def __init__(self, log, segments) -> None:
+        self._log = log  # the Log: its filesystem, reads, log start and writer state
+        self._segments = segments  # the Log's LogSegments (read only here)
+        self._state: TransactionState | None = None
+        self._indexes: dict[int, TransactionIndex] = {}  # by segment base offset, opened on first use
+
+    def state(self, log_end: int) -> TransactionState:
+        """The transaction state, loaded on first use (a writer then rewrites the indexes it distrusts)."""
+        if self._state is None:
+            from .transaction_state import TransactionState
+
+            self._state = TransactionState.load(self._log, log_end)
+            self._rewrite_indexes(self._state)
+        return self._state
+
+    def _rewrite_indexes(self, state: TransactionState) -> None:
+        """A writer puts the aborted transactions the state found in place of each missing or bad `.txnindex`
+        (Kafka's loader rebuilds it on recovery); a reader only uses them."""
+        owner = self._log
+        if not owner.writable or owner.closed:
+            return
+        from .transaction_index import entries_to_txns
+
+        for seg in self._segments:
+            rebuilt = state.rebuilt.get(seg.base_offset)
+            if rebuilt is None:
+                continue
+            index = self.txn_index(seg)
+            if owner.fs.exists(index.path):
+                owner.fs.delete_many([index.path])  # a bad file is not read again, only replaced
+            index = self._indexes[seg.base_offset] = TransactionIndex(owner.fs, index.path, seg.base_offset)
+            for txn in entries_to_txns(rebuilt):
+                index.append(txn)
+            index.flush()
+            index.close()
+            log.info("rebuilt transaction index %s (%d entries)", owner.fs.url(index.path), len(rebuilt))
+
+    def last_stable_offset(self, log_end: int) -> int:
+        """The first offset of the earliest transaction still open, else `log_end` (the Log's end offset)."""
+        return self.state(log_end).last_stable_offset(self._log.log_start_offset, log_end)
+
+    def txn_index(self, seg) -> TransactionIndex:
+        """The `.txnindex` of a segment of the Log (opened once; read on first use)."""
+        path = self._log.fs.join(seg.dir, segment_file_name(seg.base_offset, TXN_INDEX_FILE_SUFFIX)) + seg.file_suffix
+        index = self._indexes.get(seg.base_offset)
+        if index is None or index.path != path:
+            index = self._indexes[seg.base_offset] = TransactionIndex(self._log.fs, path, seg.base_offset)
+        return index
+
+    def forget_index(self, base_offset: int) -> None:
+        """The `.txnindex` of the segment at base_offset changed on disk: the next use opens it again."""
+        self._indexes.pop(base_offset, None)
+
+    def _aborted_entries(self, seg, log_end: int) -> np.ndarray:
+        """The aborted transactions of a segment: its `.txnindex`, unless the transaction state found it
+        missing or bad (then what the log holds); a bad index before the state's scan makes it rescan the
+        log from its start."""
+        state = self.state(log_end)
+        rebuilt = state.rebuilt.get(seg.base_offset)
+        if rebuilt is not None:
+            return rebuilt
+        index = self.txn_index(seg)
+        try:
+            index.sanity_check()
+            return index.entries()
+        except CorruptIndexError as e:
+            if state.covers(seg.base_offset):
+                raise  # the state checked it: it changed since
+            log.warning("%s; scanning the log from its start for its aborted transactions", e)
+            from .transaction_state import TransactionState
+
+            self._state = state = TransactionState.load(self._log, log_end, from_log_start=True)
+            return state.rebuilt.get(seg.base_offset, np.empty(0, ABORTED_TXN_DTYPE))
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int, log_end: int) -> np.ndarray:
+        """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
+        Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,
+        until an entry's lastStableOffset reaches upper_bound_offset. A segment with no `.txnindex` has none,
+        unless the transaction state's scan found aborts in it."""
+        from .transaction_state import collect_aborted
+
+        found = []
+        start = max(0, self._segments.floor_index(start_offset))
+        for k in range(start, len(self._segments)):
+            seg = self._segments[k]
+            if seg.base_offset >= upper_bound_offset and k > start:
+                break
+            entries, complete = collect_aborted(self._aborted_entries(seg, log_end), start_offset, upper_bound_offset)
+            found.append(entries)
+            if complete:
+                break
+        return np.concatenate(found, dtype=ABORTED_TXN_DTYPE) if found else np.empty(0, ABORTED_TXN_DTYPE)
