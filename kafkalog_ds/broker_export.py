@@ -7,18 +7,23 @@ partition):
 
 - `<base>.log`: every segment holding records at or above the log start offset (and the last one), its
   batches read through the engine and checked before a byte is written: framing, magic 2, offsets
-  increasing and inside the segment's range, the CRC-32C, every record's framing (decoded); no
-  transactional or control batch (those would need a `.txnindex` and producer snapshots). Two header
-  fields may change: `partitionLeaderEpoch` becomes 0 (outside the CRC), and a producer id without a
-  sequence (what kafkalog's sink writes, which Kafka's cleaner refuses) becomes "no producer" (CRC
-  computed again).
+  increasing and inside the segment's range, the CRC-32C, every record's framing (decoded). Two header
+  fields may change: `partitionLeaderEpoch` becomes 0 (outside the CRC), and in a non-transactional
+  batch a producer id without a sequence (what kafkalog's sink writes, which Kafka's cleaner refuses)
+  becomes "no producer" (CRC computed again). Transactional batches and markers keep their producer
+  fields (a marker names its data's producer).
 - `<base>.index` / `<base>.timeindex`: Kafka's append rule over those batches, trimmed to their entries,
   the time index ending with the segment's largest record timestamp (batches without records do not
   count for it).
+- `<base>.txnindex`: the engine's aborted transactions, in the segment holding each ABORT marker (where
+  Kafka appends them), checked against a scan of the batches written.
+- `<log end>.snapshot`: the producer snapshot a clean shutdown leaves, built from the batches written, so
+  the broker loads producers (epochs, sequences) from it without reading the log.
 - `leader-epoch-checkpoint` and `partition.metadata` with the cluster's topic id.
 
-Nothing of kafkalog's own (`kafkalog-producer-state.json`, `.lock`), no producer snapshot, no `.txnindex`.
-Every partition is written before anything in the target changes, so a damaged source changes nothing.
+A partition with a transaction still open is refused (a broker could never end it). Nothing of kafkalog's
+own (`kafkalog-producer-state.json`, `.lock`). Every partition is written before anything in the target
+changes, so a damaged source changes nothing.
 Then the directories are put in place:
 
 - in a stopped broker's log dir (it holds `meta.properties`), locked for the whole run as Kafka locks it
