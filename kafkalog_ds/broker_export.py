@@ -303,11 +303,14 @@ def _check_transactional_batches(chunk, attrs: np.ndarray) -> None:
         )
 
 
-def _as_exported(chunk, buf: bytearray, cleared: np.ndarray) -> BatchChunk:
+def _as_exported(chunk, buf: bytearray, cleared: np.ndarray) -> BatchChunk | None:
     """The chunk as written (the rewritten bytes, cleared producer fields in its headers), for the producer
-    table. Empty control batches (a transaction compaction removed) change no producer state in Kafka
-    (ProducerAppendInfo.append skips them), so they are hidden from it too."""
+    table; None when no batch in it has a producer. Empty control batches (a transaction compaction removed)
+    change no producer state in Kafka (ProducerAppendInfo.append skips them), so they are hidden from it
+    too."""
     scan = chunk.scan
+    if not (scan.headers["producer_id"] >= 0).any():
+        return None
     headers = scan.headers.copy()
     empty_control = ((headers["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) != 0) & (
         headers["record_count"].astype(np.int64) == 0
@@ -318,7 +321,7 @@ def _as_exported(chunk, buf: bytearray, cleared: np.ndarray) -> BatchChunk:
         headers[col][hide] = value
     headers["base_sequence"][cleared] = NO_SEQUENCE
     return BatchChunk(
-        bytes(buf), BatchScan(scan.positions, headers, scan.end, scan.reason), chunk.base_position, chunk.source
+        memoryview(buf), BatchScan(scan.positions, headers, scan.end, scan.reason), chunk.base_position, chunk.source
     )
 
 
@@ -373,7 +376,9 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str, producer
             as_uint8(buf)[at.reshape(-1)] = 0
             cleared = _clear_invalid_producer_fields(buf, scan)
             w.producers_cleared += int(cleared.size)
-            producers.feed(_as_exported(chunk, buf, cleared))
+            exported = _as_exported(chunk, buf, cleared)
+            if exported is not None:
+                producers.feed(exported)
             view = memoryview(buf)
             while view:
                 view = view[os.write(fd, view) :]
@@ -404,7 +409,9 @@ def _open_transaction_error(log, tp: TopicPartition, lso: int) -> ExportError:
     """The refusal of a partition whose transaction is still open at `lso` (the engine's last stable offset)."""
     producer = ""
     for chunk in log.read(lso, lso + 1):
-        producer = f" of producer {int(chunk.scan.headers['producer_id'][0])}"
+        h = chunk.scan.headers
+        if int(h["attributes"][0]) & TRANSACTIONAL_FLAG_MASK:  # (below the log start it may be another's)
+            producer = f" of producer {int(h['producer_id'][0])}"
         break
     return ExportError(
         f"{tp.topic}-{tp.partition}: the transaction{producer} from offset {lso} is still open (no COMMIT or "
