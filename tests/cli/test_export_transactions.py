@@ -193,6 +193,48 @@ def test_the_exported_files_are_the_engines(source, tmp_path):
             assert (mine["current_txn_first_offset"] == -1).all()
 
 
+def _read(root: str, p: int, isolation: str, start: int | None = None) -> list[tuple]:
+    with LogManager(root).open_log(TopicPartition(TOPIC, p)) as log:
+        first = log.log_start_offset if start is None else start
+        return [
+            (o, v)
+            for batch in log.read_records(first, isolation_level=isolation)
+            for o, v in zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+        ]
+
+
+def test_a_log_start_past_the_first_segment_keeps_the_aborts_that_reach_it(source, tmp_path):
+    """delete-records into the second segment: the first is left out, and an abort whose data began there
+    but whose marker lies above keeps its entry (in the segment of its marker); kafkalog reads the exported
+    directory (from its snapshot and `.txnindex` files) as it reads the source, at both isolation levels."""
+    import shutil
+
+    root = str(tmp_path / "logs")
+    shutil.copytree(source, root)
+    with LogManager(root).open_log(TopicPartition(TOPIC, 0)) as log:
+        second = log.segments[1].base_offset
+        spanning = [t for t in log.collect_aborted_txns(0, log.log_end_offset).tolist() if t[2] < second <= t[3]]
+    assert spanning  # the test's log has one
+    rc, out, err = _run_cli("delete-records", root, "--topic", TOPIC, "--partition", "0", "--offset", str(second + 3))
+    assert rc == 0, err
+    staging = tmp_path / "staging"
+    rc, out, err = _run_cli("export-to-broker", root, "--topic", TOPIC, "--topic-id", TOPIC_ID, "--to", str(staging))
+    assert rc == 0, err
+    d = staging / f"{TOPIC}-0"
+    assert _segment_files(d, ".log")[0] == f"{second:020d}.log"
+    assert set(spanning) <= set(_txnindex_rows(d)[f"{second:020d}.txnindex"])
+    # (a staging directory keeps no log start: the delete-records JSON moves it on the broker)
+    assert '"offset": ' + str(second + 3) in (staging / f"{TOPIC}.delete-records.json").read_text()
+    for p in range(PARTITIONS):
+        with LogManager(root).open_log(TopicPartition(TOPIC, p)) as log:
+            start = log.log_start_offset
+        for isolation in ("read_committed", "read_uncommitted"):
+            assert _read(str(staging), p, isolation, start) == _read(root, p, isolation)
+    assert _read(str(staging), 0, "read_committed", second + 3) != _read(
+        str(staging), 0, "read_uncommitted", second + 3
+    )
+
+
 def _snapshot(path) -> dict:
     return {
         n: sorted(os.listdir(path / n)) if (path / n).is_dir() else (path / n).read_bytes() for n in os.listdir(path)
