@@ -7,18 +7,23 @@ partition):
 
 - `<base>.log`: every segment holding records at or above the log start offset (and the last one), its
   batches read through the engine and checked before a byte is written: framing, magic 2, offsets
-  increasing and inside the segment's range, the CRC-32C, every record's framing (decoded); no
-  transactional or control batch (those would need a `.txnindex` and producer snapshots). Two header
-  fields may change: `partitionLeaderEpoch` becomes 0 (outside the CRC), and a producer id without a
-  sequence (what kafkalog's sink writes, which Kafka's cleaner refuses) becomes "no producer" (CRC
-  computed again).
+  increasing and inside the segment's range, the CRC-32C, every record's framing (decoded). Two header
+  fields may change: `partitionLeaderEpoch` becomes 0 (outside the CRC), and in a non-transactional
+  batch a producer id without a sequence (what kafkalog's sink writes, which Kafka's cleaner refuses)
+  becomes "no producer" (CRC computed again). Transactional batches and markers keep their producer
+  fields (a marker names its data's producer).
 - `<base>.index` / `<base>.timeindex`: Kafka's append rule over those batches, trimmed to their entries,
   the time index ending with the segment's largest record timestamp (batches without records do not
   count for it).
+- `<base>.txnindex`: the engine's aborted transactions, in the segment holding each ABORT marker (where
+  Kafka appends them), checked against a scan of the batches written.
+- `<log end>.snapshot`: the producer snapshot a clean shutdown leaves, built from the batches written, so
+  the broker loads producers (epochs, sequences) from it without reading the log.
 - `leader-epoch-checkpoint` and `partition.metadata` with the cluster's topic id.
 
-Nothing of kafkalog's own (`kafkalog-producer-state.json`, `.lock`), no producer snapshot, no `.txnindex`.
-Every partition is written before anything in the target changes, so a damaged source changes nothing.
+A partition with a transaction still open is refused (a broker could never end it). Nothing of kafkalog's
+own (`kafkalog-producer-state.json`, `.lock`). Every partition is written before anything in the target
+changes, so a damaged source changes nothing.
 Then the directories are put in place:
 
 - in a stopped broker's log dir (it holds `meta.properties`), locked for the whole run as Kafka locks it
@@ -49,7 +54,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from storage.errors import CorruptRecordError, ExportError, KafkaStorageError, UnknownTopicOrPartitionError
-from storage.file_records import head
+from storage.file_records import BatchChunk, head
 from storage.log_manager import LogManager
 from storage.metadata.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT_FILE,
@@ -69,6 +74,7 @@ from storage.records.record_batch import (
     PARTITION_LEADER_EPOCH_OFFSET,
     PRODUCER_ID_OFFSET,
     TRANSACTIONAL_FLAG_MASK,
+    BatchScan,
     as_uint8,
     compute_crc,
     validate_batches,
@@ -77,12 +83,16 @@ from storage.topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     TopicPartition,
     deleted_dir_name,
     parse_log_dir_name,
     partition_dir_name,
     segment_file_name,
 )
+from storage.transactions.producer_snapshot import encode_snapshot, snapshot_file_name
+from storage.transactions.producer_table import ProducerTable
+from storage.transactions.transaction_index import ABORTED_TXN_VERSION
 
 from .produce import sigint_deferred
 
@@ -207,6 +217,9 @@ class PartitionExport:
     bytes: int = 0
     epochs_reset: int = 0  # batches whose partitionLeaderEpoch was not 0 (set to 0)
     producers_cleared: int = 0  # batches whose producer fields Kafka would refuse (cleared)
+    txn_batches: int = 0  # transactional data batches and transaction markers carried
+    aborted_txns: int = 0  # entries written to `.txnindex` files
+    producers: int = 0  # entries of the producer snapshot at the log end
     first_offset: int | None = None  # of the first batch written (the leader epoch's start)
     cleaned_to: int | None = None  # kafkalog's cleaner-offset-checkpoint entry, when it lies in the exported range
     staged: str | None = None  # the temporary directory holding it
@@ -242,30 +255,79 @@ class _Written:
     bytes: int = 0
     epochs_reset: int = 0
     producers_cleared: int = 0
+    txn_batches: int = 0
     first_offset: int | None = None
 
 
-def _clear_invalid_producer_fields(buf: bytearray, scan) -> int:
-    """Batches with a producerId but no sequence (or epoch), as kafkalog's sink writes them (its writer id,
-    baseSequence -1), are not valid idempotent batches for Kafka: a broker's cleaner that rewrites one fails
-    ("Invalid negative sequence number used") and marks the partition uncleanable. Their producer fields go
-    back to "no producer" (-1), as a non-idempotent producer writes them, and the CRC is computed again (after
-    the stored one was checked). Returns how many batches changed."""
+def _clear_invalid_producer_fields(buf: bytearray, scan) -> np.ndarray:
+    """Non-transactional batches with a producerId but no sequence (or epoch), as kafkalog's sink writes them
+    (its writer id, baseSequence -1), are not valid idempotent batches for Kafka: a broker's cleaner that
+    rewrites one fails ("Invalid negative sequence number used") and marks the partition uncleanable. Their
+    producer fields go back to "no producer" (-1), as a non-idempotent producer writes them, and the CRC is
+    computed again (after the stored one was checked). Transactional and control batches are never changed
+    (their marker must name the producer of their data). Returns the indexes of the batches changed."""
     h = scan.headers
     bad = np.flatnonzero(
         (h["producer_id"].astype(np.int64) >= 0)
         & ((h["base_sequence"].astype(np.int64) < 0) | (h["producer_epoch"].astype(np.int64) < 0))
-        & ((h["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) == 0)
+        & ((h["attributes"].astype(np.int64) & (CONTROL_FLAG_MASK | TRANSACTIONAL_FLAG_MASK)) == 0)
     )
     for i in bad.tolist():
         p = int(scan.positions[i])
         struct.pack_into(">qhi", buf, p + PRODUCER_ID_OFFSET, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
         struct.pack_into(">I", buf, p + CRC_OFFSET, compute_crc(memoryview(buf)[p : p + int(scan.sizes[i])]))
-    return int(bad.size)
+    return bad
 
 
-def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Written:
-    """Copy one segment's checked batches (epochs set to 0) and write Kafka's indexes for them."""
+def _check_transactional_batches(chunk, attrs: np.ndarray) -> None:
+    """A transactional batch must carry a producer id and epoch, and a data batch a sequence, as Kafka's
+    producer writes them: Kafka's cleaner refuses to rewrite one without (MemoryRecordsBuilder), and it cannot
+    be cleared as a non-transactional one is (its marker names its producer)."""
+    h = chunk.scan.headers
+    txn = (attrs & TRANSACTIONAL_FLAG_MASK) != 0
+    bad = np.flatnonzero(
+        txn
+        & (
+            (h["producer_id"].astype(np.int64) < 0)
+            | (h["producer_epoch"].astype(np.int64) < 0)
+            | (((attrs & CONTROL_FLAG_MASK) == 0) & (h["base_sequence"].astype(np.int64) < 0))
+        )
+    )
+    if bad.size:
+        i = int(bad[0])
+        raise ExportError(
+            f"{chunk.source} holds a transactional batch at offset {int(h['base_offset'][i])} (position "
+            f"{chunk.base_position + int(chunk.scan.positions[i])}) with producerId {int(h['producer_id'][i])}, "
+            f"epoch {int(h['producer_epoch'][i])}, baseSequence {int(h['base_sequence'][i])}: a transaction's "
+            f"batches need all three (a Kafka broker's cleaner refuses to rewrite it otherwise)"
+        )
+
+
+def _as_exported(chunk, buf: bytearray, cleared: np.ndarray) -> BatchChunk | None:
+    """The chunk as written (the rewritten bytes, cleared producer fields in its headers), for the producer
+    table; None when no batch in it has a producer. Empty control batches (a transaction compaction removed)
+    change no producer state in Kafka (ProducerAppendInfo.append skips them), so they are hidden from it
+    too."""
+    scan = chunk.scan
+    if not (scan.headers["producer_id"] >= 0).any():
+        return None
+    headers = scan.headers.copy()
+    empty_control = ((headers["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) != 0) & (
+        headers["record_count"].astype(np.int64) == 0
+    )
+    hide = np.flatnonzero(empty_control)
+    for col, value in (("producer_id", NO_PRODUCER_ID), ("producer_epoch", NO_PRODUCER_EPOCH)):
+        headers[col][cleared] = value
+        headers[col][hide] = value
+    headers["base_sequence"][cleared] = NO_SEQUENCE
+    return BatchChunk(
+        memoryview(buf), BatchScan(scan.positions, headers, scan.end, scan.reason), chunk.base_position, chunk.source
+    )
+
+
+def _write_segment(log, seg, upper: int | None, end: int, out_dir: str, producers: ProducerTable) -> _Written:
+    """Copy one segment's checked batches (epochs set to 0) and write Kafka's indexes for them; `producers`
+    is fed the batches as written."""
     w = _Written()
     builder = IndexBuilder(log.config.index_interval_bytes)
     prev_last = None
@@ -288,14 +350,8 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Writ
                 expected_first_offset=None if prev_last is None else prev_last + 1,
             )
             attrs = scan.headers["attributes"].astype(np.int64)
-            txn = np.flatnonzero(attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK))
-            if txn.size:
-                i = int(txn[0])
-                raise ExportError(
-                    f"{chunk.source} holds a transactional or control batch at offset {int(base[i])} (position "
-                    f"{chunk.base_position + int(scan.positions[i])}): handing transactions to a broker needs their "
-                    f".txnindex and producer snapshots, which export-to-broker does not write"
-                )
+            _check_transactional_batches(chunk, attrs)
+            w.txn_batches += int(np.count_nonzero((attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) != 0))
             for _ in iter_decoded(
                 chunk.buf,
                 scan=scan,
@@ -318,7 +374,11 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Writ
                 PARTITION_LEADER_EPOCH_OFFSET, PARTITION_LEADER_EPOCH_OFFSET + 4
             )
             as_uint8(buf)[at.reshape(-1)] = 0
-            w.producers_cleared += _clear_invalid_producer_fields(buf, scan)
+            cleared = _clear_invalid_producer_fields(buf, scan)
+            w.producers_cleared += int(cleared.size)
+            exported = _as_exported(chunk, buf, cleared)
+            if exported is not None:
+                producers.feed(exported)
             view = memoryview(buf)
             while view:
                 view = view[os.write(fd, view) :]
@@ -345,16 +405,81 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str) -> _Writ
     return w
 
 
+def _open_transaction_error(log, tp: TopicPartition, lso: int) -> ExportError:
+    """The refusal of a partition whose transaction is still open at `lso` (the engine's last stable offset)."""
+    producer = ""
+    for chunk in log.read(lso, lso + 1):
+        h = chunk.scan.headers
+        if int(h["attributes"][0]) & TRANSACTIONAL_FLAG_MASK:  # (below the log start it may be another's)
+            producer = f" of producer {int(h['producer_id'][0])}"
+        break
+    return ExportError(
+        f"{tp.topic}-{tp.partition}: the transaction{producer} from offset {lso} is still open (no COMMIT or "
+        f"ABORT marker yet), and a broker must not be handed a transaction no coordinator of its own can end: "
+        f"wait for its writer to commit it, or let `kafkalog maintain` abort it once it is older than its "
+        f"transaction.timeout.ms, then export again"
+    )
+
+
+def _aborted_by_segment(
+    log, tp: TopicPartition, first: int, end: int, scanned, bases: list[int]
+) -> dict[int, np.ndarray]:
+    """The engine's aborted transactions whose ABORT marker is exported (its `.txnindex` entries, checked as it
+    reads them), by the written segment holding the marker: Kafka appends an abort's entry to the index of the
+    segment its marker went into (UnifiedLog.append, LogSegment.updateTxnIndex).
+
+    Checked against `scanned`, the aborts the exported batches complete by themselves (a scan from the first
+    written offset): each must be an entry, with the same first offset where the engine's starts in range and a
+    lastStableOffset not above the scan's (a larger one would make a broker's read_committed fetch stop its
+    search for aborted transactions too early); an entry the scan lacks must have begun before the first
+    written offset."""
+    engine = log.collect_aborted_txns(first, end)
+    engine = engine[engine["last_offset"].astype(np.int64) < end]
+    where = f"{tp.topic}-{tp.partition}"
+    by_marker = {(int(r["producer_id"]), int(r["last_offset"])): r for r in engine}
+    for txn in scanned:
+        row = by_marker.pop((txn.producer_id, txn.last_offset), None)
+        if row is None:
+            raise ExportError(
+                f"{where}: the ABORT marker of producer {txn.producer_id} at offset {txn.last_offset} ends a "
+                f"transaction from offset {txn.first_offset}, but the partition's transaction indexes hold no "
+                f"entry for it (run `kafkalog maintain` to rebuild them, or report this)"
+            )
+        efirst, elso = int(row["first_offset"]), int(row["last_stable_offset"])
+        if (
+            (efirst >= first and efirst != txn.first_offset)
+            or efirst > txn.first_offset
+            or elso > txn.last_stable_offset
+        ):
+            raise ExportError(
+                f"{where}: the transaction index entry (producerId {txn.producer_id}, firstOffset {efirst}, "
+                f"lastOffset {txn.last_offset}, lastStableOffset {elso}) does not match the log, which gives "
+                f"firstOffset {txn.first_offset} and lastStableOffset {txn.last_stable_offset}"
+            )
+    for (pid, last), row in by_marker.items():
+        if int(row["first_offset"]) >= first:
+            raise ExportError(
+                f"{where}: the transaction index names an aborted transaction of producer {pid} (offsets "
+                f"{int(row['first_offset'])}..{last}) that the log does not hold as one"
+            )
+    at = np.searchsorted(np.asarray(bases, np.int64), engine["last_offset"].astype(np.int64), side="right") - 1
+    # (a marker in a left-out recordless segment below every written one lies below the broker's log start)
+    return {bases[k]: engine[at == k] for k in np.unique(at[at >= 0]).tolist()}
+
+
 def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir: str) -> PartitionExport:
     """Write one partition's Kafka directory into out_dir (made here). Segments wholly below the log start
     offset are left out, and so are segments holding no record (only batches compaction emptied), but for
     the last: a broker takes such a segment's largest timestamp from its file's mtime, so ListOffsets by
-    time would stop in it and answer "none"."""
+    time would stop in it and answer "none". A partition with a transaction still open is refused."""
     part = PartitionExport(tp)
-    os.mkdir(out_dir)
     with lm.open_log(tp) as log:
         part.log_start = log.log_start_offset
         part.log_end = log.log_end_offset  # raises when the log's tail is damaged
+        lso = log.last_stable_offset
+        if lso < part.log_end:
+            raise _open_transaction_error(log, tp, lso)
+        os.mkdir(out_dir)
         segs = log.segments
         kept = [
             (s, segs[i + 1].base_offset if i + 1 < len(segs) else None)
@@ -362,14 +487,17 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
             if i + 1 == len(segs) or segs[i + 1].base_offset > part.log_start
         ]
         part.skipped_segments = len(segs) - len(kept)
+        producers = ProducerTable(f"{tp.topic}-{tp.partition}", kept[0][0].base_offset)
         first = None
+        written: list[int] = []
         for seg, upper in kept:
-            w = _write_segment(log, seg, upper, part.log_end, out_dir)
+            w = _write_segment(log, seg, upper, part.log_end, out_dir, producers)
             if not w.records and upper is not None:
                 for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
                     os.unlink(os.path.join(out_dir, segment_file_name(seg.base_offset, sfx)))
                 part.recordless_segments += 1
                 continue
+            written.append(seg.base_offset)
             if first is None:
                 first = seg.base_offset
                 part.first_offset = w.first_offset
@@ -379,8 +507,28 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
             part.bytes += w.bytes
             part.epochs_reset += w.epochs_reset
             part.producers_cleared += w.producers_cleared
+            part.txn_batches += w.txn_batches
         assert first is not None  # the last segment is always written
         part.first_base = first
+        if producers.txns.ongoing:  # the engine's last stable offset said none: they disagree
+            pid, at = next(iter(producers.txns.ongoing.items()))
+            raise ExportError(
+                f"{tp.topic}-{tp.partition}: producer {pid}'s transaction from offset {at} has no marker in the "
+                f"log, yet the partition's transaction state ({lm.url()}) holds none open"
+            )
+        aborted = _aborted_by_segment(log, tp, kept[0][0].base_offset, part.log_end, producers.aborted, written)
+        for base, rows in aborted.items():
+            if len(rows):
+                rows = rows.copy()
+                rows["version"] = ABORTED_TXN_VERSION
+                _write_new(os.path.join(out_dir, segment_file_name(base, TXN_INDEX_FILE_SUFFIX)), rows.tobytes())
+                part.aborted_txns += len(rows)
+        # the producer snapshot a clean shutdown leaves at the log end: a broker loads producers and open
+        # transactions from it without reading the log (with none after a clean shutdown it would start
+        # from an empty producer table, and without a clean shutdown re-read the whole log)
+        table = producers.to_array()
+        part.producers = len(table)
+        _write_new(os.path.join(out_dir, snapshot_file_name(part.log_end)), encode_snapshot(table))
     cleaned = lm.read_checkpoint(lm.checkpoint_file(CLEANER_OFFSET_CHECKPOINT_FILE, lm.log_dir_of(tp))).get(tp)
     if cleaned is not None and part.broker_log_start <= cleaned <= part.log_end:
         part.cleaned_to = cleaned
@@ -683,6 +831,11 @@ def _partition_line(p: PartitionExport) -> str:
         extra.append(f"partitionLeaderEpoch set to 0 in {p.epochs_reset} batch(es)")
     if p.producers_cleared:
         extra.append(f"producer id without a sequence cleared in {p.producers_cleared} batch(es)")
+    if p.txn_batches:
+        extra.append(
+            f"{p.txn_batches} transactional batch(es) and marker(s) carried, {p.aborted_txns} aborted "
+            f"transaction(s) in .txnindex, {p.producers} producer(s) in the snapshot at the log end"
+        )
     return (
         f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {p.records} records, {p.bytes} bytes, log start "
         f"offset {p.broker_log_start}, log end offset {p.log_end}" + "".join(f"; {e}" for e in extra) + "\n"
