@@ -111,11 +111,14 @@ class TransactionScan:
         aborted: list[AbortedTxn] = []
         bases = headers["base_offset"][txn].astype(np.int64).tolist()
         controls = (attrs[txn] & CONTROL_FLAG_MASK != 0).tolist()
-        for i, pid, base, control in zip(txn.tolist(), pids[txn].tolist(), bases, controls, strict=True):
+        counts = headers["record_count"][txn].astype(np.int64).tolist()
+        for i, pid, base, control, count in zip(txn.tolist(), pids[txn].tolist(), bases, controls, counts, strict=True):
             if not control:
                 if pid not in self.ongoing:
                     self._open(pid, base)
                 continue
+            if count == 0:
+                continue  # what Kafka's cleaner leaves of a marker whose transaction is gone: nothing to complete
             marker, _ = read_end_marker(chunk, i)
             first = self.ongoing.get(pid)
             if first is None:

@@ -204,3 +204,24 @@ def test_a_txnindex_the_writer_appends_at_a_snapshot_is_reread_by_its_own_log(ro
         log.append(marker(1, ControlRecordType.ABORT))
         log.roll()  # the snapshot at the new segment's base indexes the abort first
         assert entries_to_txns(log.txn_index(seg).entries()) == [AbortedTxn(1, 0, 3, 4)]
+
+
+def _empty_control_batch(pid: int) -> bytes:
+    """A marker batch emptied as Kafka's cleaner leaves the last batch of a producer whose transaction is gone
+    (BatchRetention.RETAIN_EMPTY): the 61-byte header, recordCount 0, batchLength 49, the CRC recomputed."""
+    import crc32c
+
+    head = bytearray(marker(pid, ControlRecordType.COMMIT)[:61])
+    head[8:12] = (49).to_bytes(4, "big")
+    head[57:61] = (0).to_bytes(4, "big")
+    head[17:21] = crc32c.crc32c(bytes(head[21:])).to_bytes(4, "big")
+    return bytes(head)
+
+
+def test_an_empty_control_batch_completes_nothing(root):
+    # Kafka's ProducerAppendInfo skips an empty control batch: the transaction it ended was cleaned away
+    lm = write(root, _empty_control_batch(4), *BATCHES)
+    with lm.open_log(TP) as log:
+        assert log.last_stable_offset == 9  # p3's transaction, open from 9 (the empty batch took offset 0)
+        assert values(log, READ_COMMITTED) == [b"b0", b"b1", b"c0"]
+        assert entries_to_txns(log.collect_aborted_txns(0, 11)) == [AbortedTxn(1, 1, 6, 4)]
