@@ -132,9 +132,7 @@ def _spark_write(spark, root: str, work, topic: str) -> None:
         .option("partitions", str(PARTITIONS))
         .option("retention.ms", "-1")
         .option("checkpointLocation", str(work / f"ckpt-{topic}"))
-        # export-to-broker refuses transactional batches (docs/kafka-broker.md, Limits): the sink's
-        # non-transactional mode writes what it hands over
-        .option("transactional", "false")
+        # the sink's default: each micro-batch one transaction (export carries the markers, .txnindex, snapshot)
     )
     if compact:
         w = (
