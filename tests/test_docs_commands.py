@@ -10,13 +10,14 @@ every other snippet inside one of the runs:
   a fresh temporary directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR
   inside it. A line the docs mark as failing (`|| echo "exit code $?"`) must fail with exit code 1 (an
   error, as docs/cli.md's exit codes say); every other command must succeed (set -e).
-- docs/maintenance.md: its bash block, then its ```python block by python as a script, in one directory;
+- docs/maintenance.md: that bash block (its `--spark` line starts a Spark of its own, about 27 s on a busy
+  2-core machine: marked `spark`), then its ```python block by python as a script, in the same directory;
 - README.md, "From Python": its ```python block as a fresh script, then a maintenance pass that must keep
   its records;
 - README.md, "Spark", and docs/spark.md: each doc's ```python blocks run in order in one namespace, as a
   reader pasting them one after the other into one Python session, in the tests' one SparkSession (the
   snippets' `SparkSession.builder.getOrCreate()` returns it). A streaming query a snippet starts runs until
-  it has committed rows (what the next snippet, a read, waits for) and is then stopped.
+  it has committed rows (what the next snippet, a read, waits for) and is then stopped. Marked `spark`.
 
 The reader's own paths are replaced in one place, `substitute`: `/data/` by a temporary directory, and
 `s3://bucket/` with its endpoint `http://127.0.0.1:9000` by a fresh prefix of the tests' S3 server (moto).
@@ -284,6 +285,7 @@ def test_readme_spark_snippets_run_as_pasted_in_order(spark_session, tmp_path):
     namespace = run_python_in_order("README.md", blocks, spark_session, tmp_path)
     assert namespace["spark"] is spark_session
     assert namespace["df"].count() > 0  # the read found what the stream wrote
+    assert (tmp_path / "data" / "logs" / "events-0").is_dir()  # where the substitution put /data/logs
 
 
 @pytest.mark.spark
@@ -293,3 +295,4 @@ def test_spark_doc_snippets_run_as_pasted_in_order(spark_session, tmp_path):
     namespace = run_python_in_order("docs/spark.md", blocks, spark_session, tmp_path)
     values = {bytes(r.value) for r in namespace["df"].collect()}  # the last snippet's read_committed read
     assert {b"hello", b"world"} <= values and len(values) > 2  # the batch write's rows and the stream's
+    assert (tmp_path / "data" / "ckpt" / "events" / "commits").is_dir()
