@@ -156,6 +156,9 @@ def test_every_snippet_runs_here_or_is_marked_not_run_with_its_reason():
     ran = run_by_tests()
     marked, unrun = [], []
     for doc in all_docs():
+        # a snippet spelled ```sh, ```console or ```py would slip past the runs
+        langs = set(re.findall(r"^```(\w+)\n.*?^```", read_doc(doc), flags=re.S | re.M))
+        assert langs <= {"bash", "python", "json"}, f"{doc}: fenced blocks in {langs}: use bash or python"
         for lang, body, reason in snippets(read_doc(doc)):
             if reason is not None:
                 marked.append((doc, body.splitlines()[0], reason))
