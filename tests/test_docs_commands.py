@@ -1,43 +1,98 @@
-"""The commands in README.md and docs/cli.md work when pasted, in order, into a shell.
+"""Every command and snippet of README.md and docs/*.md works when pasted, in order, as a reader would.
 
-Blocks run (each a ```bash block, run whole by bash with `set -e -o pipefail`, cwd a fresh temporary
-directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR inside it):
+A snippet is a ```bash or ```python block (untagged blocks are outputs, layouts or synopses). Each one
+either runs here or is marked in its doc by an HTML comment on the line before it,
+`<!-- not run: REASON -->`; the marked ones are exactly NOT_RUN below, and `test_every_snippet_*` keeps
+every other snippet inside one of the runs:
 
-- README.md, section "The `kafkalog` command": its one block (topics, produce, consume, dump-log,
-  describe, maintain on ./logs);
-- docs/cli.md: the quick tour and the examples of topics, produce, consume, dump-log, delete-records
-  and describe;
-- docs/maintenance.md: its ```python blocks, each run by python as a fresh script in a fresh directory;
-- README.md, section "From Python": its ```python block, the same way, then a maintenance pass that must
-  keep its records.
+- README.md, "The `kafkalog` command", docs/cli.md (the quick tour, then each subcommand's example) and
+  docs/maintenance.md's bash block: each ```bash block run whole by bash with `set -e -o pipefail`, cwd
+  a fresh temporary directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR
+  inside it. A line the docs mark as failing (`|| echo "exit code $?"`) must fail with exit code 1 (an
+  error, as docs/cli.md's exit codes say); every other command must succeed (set -e).
+- docs/maintenance.md: that bash block (its `--spark` line starts a Spark of its own, about 27 s on a busy
+  2-core machine: marked `spark`), then its ```python block by python as a script, in the same directory;
+- README.md, "From Python": its ```python block as a fresh script, then a maintenance pass that must keep
+  its records;
+- README.md, "Spark", and docs/spark.md: each doc's ```python blocks run in order in one namespace, as a
+  reader pasting them one after the other into one Python session, in the tests' one SparkSession (the
+  snippets' `SparkSession.builder.getOrCreate()` returns it). A streaming query a snippet starts runs until
+  it has committed rows (what the next snippet, a read, waits for) and is then stopped. Marked `spark`.
 
-Skipped: README's install/demo block and its test-suite block (Spark, pip, the whole suite), the Spark
-fragments of README.md and docs/spark.md (they name a DataFrame and paths of the reader's own), and
-docs/cli.md's maintain block (a synopsis on a placeholder ROOT, with a loop that never ends and a
---spark run). A line the docs mark as failing (`|| echo "exit code $?"`) must fail with exit code 1
-(an error, as docs/cli.md's exit codes say); every other command must succeed (set -e).
+The reader's own paths are replaced in one place, `substitute`: `/data/` by a temporary directory, and
+`s3://bucket/` with its endpoint `http://127.0.0.1:9000` by a fresh prefix of the tests' S3 server (moto).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
 import sys
+import time
+import uuid
 
 import pytest
 
 from tests.helpers import REPO
+from tools.s3_server import BUCKET
 
 FAIL_MARK = '|| echo "exit code $?"'
 
+# (doc, how the snippet's first line starts, reason): every snippet marked `<!-- not run: ... -->`, in order,
+# and no other.
+HANDOFF = (
+    "Kafka's bin/ scripts and a broker's log dir; tests/cli/test_kafka_handoff.py runs these steps on a real broker"
+)
+NOT_RUN = [
+    (
+        "README.md",
+        "python -m pip install -e '.[test]' --config-settings editabl",
+        "installs into the current Python (pip) and runs the demo for minutes; tests/test_examples.py runs the demo",
+    ),
+    (
+        "README.md",
+        "python -m pytest tests/storage/test_fuzz.py --fuzz-long",
+        "the test suite's own long runs (minutes to hours each)",
+    ),
+    ("docs/kafka-broker.md", "ROOT=/data/logs                      # the kafkalog log dir", HANDOFF),
+    ("docs/kafka-broker.md", 'kafkalog topics "$ROOT" --describe --topic "$TOPIC"', HANDOFF),
+    ("docs/kafka-broker.md", 'bin/kafka-topics.sh --bootstrap-server "$BOOTSTRAP" --create', HANDOFF),
+    ("docs/kafka-broker.md", 'bin/kafka-topics.sh --bootstrap-server "$BOOTSTRAP" --describ', HANDOFF),
+    ("docs/kafka-broker.md", "bin/kafka-server-stop.sh", HANDOFF),
+    ("docs/kafka-broker.md", 'kafkalog export-to-broker "$ROOT" --topic "$TOPIC" --to "$LOG', HANDOFF),
+    ("docs/kafka-broker.md", 'kafkalog export-to-broker "$ROOT" --topic "$TOPIC" --topic-id', HANDOFF),
+    ("docs/kafka-broker.md", "bin/kafka-server-start.sh -daemon config/server.properties", HANDOFF),
+    ("docs/kafka-broker.md", 'grep -E "Completed load of Log\\(dir=$LOGDIR/$TOPIC-" logs/serv', HANDOFF),
+]
+
+SNIPPET = re.compile(
+    r"^(?:<!-- not run: (?P<reason>.+?) -->\n)?```(?P<lang>bash|python)\n(?P<body>.*?)^```", re.S | re.M
+)
+
+
+def read_doc(doc: str) -> str:
+    with open(os.path.join(REPO, doc)) as f:
+        return f.read()
+
+
+def all_docs() -> list[str]:
+    docs = sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
+    return ["README.md", *docs]
+
+
+def snippets(text: str) -> list[tuple[str, str, str | None]]:
+    """(lang, body, not-run reason or None) of every ```bash / ```python block, in order."""
+    return [(m["lang"], m["body"], m["reason"]) for m in SNIPPET.finditer(text)]
+
 
 def bash_blocks(text: str) -> list[str]:
-    return re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+    return [body for lang, body, _ in snippets(text) if lang == "bash"]
 
 
 def python_blocks(text: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    return [body for lang, body, _ in snippets(text) if lang == "python"]
 
 
 def section(text: str, heading: str) -> str:
@@ -47,20 +102,73 @@ def section(text: str, heading: str) -> str:
 
 
 def readme_blocks() -> list[str]:
-    with open(os.path.join(REPO, "README.md")) as f:
-        return bash_blocks(section(f.read(), "## The `kafkalog` command"))
+    return bash_blocks(section(read_doc("README.md"), "## The `kafkalog` command"))
+
+
+CLI_SECTIONS = (
+    "topics",
+    "produce",
+    "consume",
+    "dump-log",
+    "describe",
+    "delete-records",
+    "maintain",
+    "export-to-broker",
+)
 
 
 def cli_doc_blocks() -> dict[str, str]:
     """docs/cli.md's runnable blocks by where they are: the quick tour, then each subcommand's section."""
-    with open(os.path.join(REPO, "docs", "cli.md")) as f:
-        text = f.read()
+    text = read_doc("docs/cli.md")
     out = {"quick tour": bash_blocks(text[text.index("A quick tour") : text.index("\n## ")])[0]}
-    for name in ("topics", "produce", "consume", "dump-log", "delete-records", "describe"):
+    for name in CLI_SECTIONS:
         blocks = bash_blocks(section(text, f"\n## {name}\n"))
         assert len(blocks) == 1, name
         out[name] = blocks[0]
     return out
+
+
+def run_by_tests() -> dict[str, list[str]]:
+    """The snippets the tests below run, by doc."""
+    readme = read_doc("README.md")
+    return {
+        "README.md": readme_blocks()
+        + python_blocks(section(readme, "## From Python"))
+        + python_blocks(section(readme, "## Spark")),
+        "docs/cli.md": list(cli_doc_blocks().values()),
+        "docs/maintenance.md": [body for _, body, _ in snippets(read_doc("docs/maintenance.md"))],
+        "docs/spark.md": python_blocks(read_doc("docs/spark.md")),
+    }
+
+
+def substitute(text: str, tmp, s3=None) -> str:
+    """The one substitution of the reader's places by the test's: `/data/` (Spark snippets) becomes a
+    temporary directory; `s3://bucket/` and its endpoint a fresh prefix of the tests' S3 server."""
+    out = text.replace("/data/", f"{tmp}/data/")
+    if "s3://bucket/" in out:
+        assert s3 is not None, "a snippet on s3://bucket/ needs the s3_server fixture"
+        prefix = f"s3://{BUCKET}/docs-{uuid.uuid4().hex[:12]}/"
+        out = out.replace("s3://bucket/", prefix).replace("http://127.0.0.1:9000", s3.endpoint_url)
+    return out
+
+
+def test_every_snippet_runs_here_or_is_marked_not_run_with_its_reason():
+    ran = run_by_tests()
+    marked, unrun = [], []
+    for doc in all_docs():
+        # a snippet spelled ```sh, ```console or ```py would slip past the runs
+        langs = set(re.findall(r"^```(\w+)\n.*?^```", read_doc(doc), flags=re.S | re.M))
+        assert langs <= {"bash", "python", "json"}, f"{doc}: fenced blocks in {langs}: use bash or python"
+        for lang, body, reason in snippets(read_doc(doc)):
+            if reason is not None:
+                marked.append((doc, body.splitlines()[0], reason))
+                assert body not in ran.get(doc, []), f"{doc}: a snippet marked not run is run: {body[:200]}"
+            elif body not in ran.get(doc, []):
+                unrun.append((doc, lang, body[:300]))
+    assert not unrun, f"snippets neither run by a test nor marked <!-- not run: ... -->: {unrun}"
+    assert len(marked) == len(NOT_RUN), f"marked not run: {marked}"
+    for (doc, line, reason), (known_doc, start, known_reason) in zip(marked, NOT_RUN, strict=True):
+        assert (doc, reason) == (known_doc, known_reason) and line.startswith(start), (doc, line, reason)
 
 
 def run_block(block: str, cwd, path_dir) -> subprocess.CompletedProcess:
@@ -108,39 +216,36 @@ def test_readme_kafkalog_commands_work_pasted_in_order(shell):
     assert '"value": "hello"' in p.stdout and "maintenance pass: 3 partition(s), 0 failed" in p.stdout
 
 
-@pytest.mark.parametrize(
-    "name", ["quick tour", "topics", "produce", "consume", "dump-log", "delete-records", "describe"]
-)
+@pytest.mark.parametrize("name", ["quick tour", *CLI_SECTIONS])
 def test_cli_doc_commands_work_pasted_in_order(shell, name):
     work, bin_dir = shell
     block = cli_doc_blocks()[name]
     check(block, run_block(block, work, bin_dir), f"docs/cli.md {name}")
 
 
-def test_maintenance_doc_python_snippets_run_as_pasted(tmp_path):
-    with open(os.path.join(REPO, "docs", "maintenance.md")) as f:
-        blocks = python_blocks(f.read())
-    assert blocks, "docs/maintenance.md has no python block"
-    for i, block in enumerate(blocks):
-        work = tmp_path / f"block{i}"
-        work.mkdir()
-        env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(work)}
-        env.pop("PYTHONSTARTUP", None)
-        p = subprocess.run(
-            [sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=600
-        )
-        assert p.returncode == 0 and "Traceback" not in p.stderr, (
-            f"docs/maintenance.md python block {i}: exit {p.returncode}\n{block}\nstderr:\n{p.stderr[-3000:]}"
-        )
-        if "run_once(" in block:  # the pass ran over the topic it names
-            assert p.stdout.startswith("changelog-0: ok;"), p.stdout
+@pytest.mark.spark  # its bash block runs `python -m kafkalog_ds.maintenance ./logs --spark`
+def test_maintenance_doc_snippets_run_as_pasted_in_order(shell, s3_server):
+    """The bash block (local, S3, and as a Spark job), then the python block as a script, in one directory."""
+    work, bin_dir = shell
+    blocks = snippets(read_doc("docs/maintenance.md"))
+    assert [lang for lang, _, _ in blocks] == ["bash", "python"]
+    (_, bash, _), (_, python, _) = blocks
+    p = run_block(substitute(bash, work, s3_server), work, bin_dir)
+    check(bash, p, "docs/maintenance.md bash block")
+    assert p.stdout.count("maintenance pass: 1 partition(s), 0 failed") == 4, p.stdout
+    env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(work)}
+    env.pop("PYTHONSTARTUP", None)
+    p = subprocess.run([sys.executable, "-c", python], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, (
+        f"docs/maintenance.md python block: exit {p.returncode}\n{python}\nstderr:\n{p.stderr[-3000:]}"
+    )
+    assert p.stdout.startswith("changelog-0: ok;"), p.stdout  # the pass ran over the topic it names
 
 
 def test_readme_python_snippet_runs_as_pasted_and_its_records_survive_maintenance(tmp_path):
     """README "From Python": run as a fresh script; its records carry timestamps of now, so a maintenance pass
     under the default retention (7 days) keeps them."""
-    with open(os.path.join(REPO, "README.md")) as f:
-        (block,) = python_blocks(section(f.read(), "From Python"))
+    (block,) = python_blocks(section(read_doc("README.md"), "## From Python"))
     env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(tmp_path)}
     env.pop("PYTHONSTARTUP", None)
     run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -151,3 +256,46 @@ def test_readme_python_snippet_runs_as_pasted_and_its_records_survive_maintenanc
     assert subprocess.run(kafkalog + ["maintain", "./logs", "--once"], **run).returncode == 0
     out = subprocess.run(kafkalog + ["consume", "./logs", "--topic", "events", "--offset", "earliest"], **run)
     assert len(out.stdout.splitlines()) == 2, out.stdout + out.stderr
+
+
+def stop_once_rows_committed(query, limit_s: float = 300.0) -> None:
+    """What a reader waits for before the next snippet: the query has committed a micro-batch with rows
+    (Spark reports a batch's progress after its commit). Then it is stopped, as a reader would."""
+    deadline = time.monotonic() + limit_s
+    while not any(p["numInputRows"] for p in query.recentProgress):
+        assert query.isActive, f"the query ended before committing rows: {query.exception()}"
+        assert time.monotonic() < deadline, f"no rows committed in {limit_s} s: {query.lastProgress}"
+        query.awaitTermination(0.5)  # returns at once if the query fails
+    query.stop()
+
+
+def run_python_in_order(doc: str, blocks: list[str], spark, tmp) -> dict:
+    """Run a doc's python blocks in order in one namespace, with the substitution; return the namespace."""
+    namespace: dict = {"__name__": "__main__"}
+    for i, block in enumerate(blocks):
+        before = {q.id for q in spark.streams.active}
+        exec(compile(substitute(block, tmp), f"{doc} python block {i}", "exec"), namespace)
+        for query in spark.streams.active:
+            if query.id not in before:
+                stop_once_rows_committed(query)
+    return namespace
+
+
+@pytest.mark.spark
+def test_readme_spark_snippets_run_as_pasted_in_order(spark_session, tmp_path):
+    blocks = python_blocks(section(read_doc("README.md"), "## Spark"))
+    assert len(blocks) == 2
+    namespace = run_python_in_order("README.md", blocks, spark_session, tmp_path)
+    assert namespace["spark"] is spark_session
+    assert namespace["df"].count() > 0  # the read found what the stream wrote
+    assert (tmp_path / "data" / "logs" / "events-0").is_dir()  # where the substitution put /data/logs
+
+
+@pytest.mark.spark
+def test_spark_doc_snippets_run_as_pasted_in_order(spark_session, tmp_path):
+    blocks = python_blocks(read_doc("docs/spark.md"))
+    assert len(blocks) == 3
+    namespace = run_python_in_order("docs/spark.md", blocks, spark_session, tmp_path)
+    values = {bytes(r.value) for r in namespace["df"].collect()}  # the last snippet's read_committed read
+    assert {b"hello", b"world"} <= values and len(values) > 2  # the batch write's rows and the stream's
+    assert (tmp_path / "data" / "ckpt" / "events" / "commits").is_dir()
