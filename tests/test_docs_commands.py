@@ -48,7 +48,7 @@ HANDOFF = (
 NOT_RUN = [
     (
         "README.md",
-        "python -m pip install -e '.[test]' --config-settings editabl",
+        "python -m pip install -U pip && python -m pip install -e '.[test]'",
         "installs into the current Python (pip) and runs the demo for minutes; tests/test_examples.py runs the demo",
     ),
     (
