@@ -7,7 +7,8 @@ Kafka 4.4's jars (jars.py), not its distribution, so `KafkaHome.build()` lays ou
                                 `logs/`, passed as -Dkafka.logs.dir; `-daemon` runs the class with nohup,
                                 output in logs/kafkaServer.out
     bin/kafka-<tool>.sh         one line each: the main class Kafka's own script runs (SCRIPTS, checked
-                                against Kafka's bin/*.sh and the 4.4 jars)
+                                against Kafka's bin/*.sh and the 4.4 jars: DumpLogSegments is now in the
+                                tools module, org.apache.kafka.tools)
     bin/kafka-server-start.sh   kafka.Kafka with config/log4j2.yaml, as Kafka's
     bin/kafka-server-stop.sh    SIGTERM (a controlled shutdown), as Kafka's
     config/server.properties    one KRaft node (process.roles=broker,controller), listeners on free ports
