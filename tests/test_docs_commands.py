@@ -18,14 +18,20 @@ every other snippet inside one of the runs:
   reader pasting them one after the other into one Python session, in the tests' one SparkSession (the
   snippets' `SparkSession.builder.getOrCreate()` returns it). A streaming query a snippet starts runs until
   it has committed rows (what the next snippet, a read, waits for) and is then stopped. Marked `spark`.
+- docs/kafka-broker.md: its ```bash blocks in order in one bash, in a directory laid out as Kafka's installation
+  (tools/realkafka/kafka_home.py) whose broker runs before the first block; the doc's stated results are
+  asserted. Marked `kafka`.
 
 The reader's own paths are replaced in one place, `substitute`: `/data/` by a temporary directory, and
-`s3://bucket/` with its endpoint `http://127.0.0.1:9000` by a fresh prefix of the tests' S3 server (moto).
+`s3://bucket/` with its endpoint `http://127.0.0.1:9000` by a fresh prefix of the tests' S3 server (moto);
+docs/kafka-broker.md's broker places (its log dir, `localhost:9092`, the staging directory) in
+`substitute_broker`.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -33,18 +39,22 @@ import sys
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
+from storage.log_manager import LogManager
+from storage.records.record_batch import CompressionType
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import commit_staged
+from storage.topic_partition import TopicPartition
 from tests.helpers import REPO
+from tools.realkafka.kafka_home import KafkaHome
 from tools.s3_server import BUCKET
 
 FAIL_MARK = '|| echo "exit code $?"'
 
 # (doc, how the snippet's first line starts, reason): every snippet marked `<!-- not run: ... -->`, in order,
 # and no other.
-HANDOFF = (
-    "Kafka's bin/ scripts and a broker's log dir; tests/cli/test_kafka_handoff.py runs these steps on a real broker"
-)
 NOT_RUN = [
     (
         "README.md",
@@ -56,15 +66,6 @@ NOT_RUN = [
         "python -m pytest tests/storage/test_fuzz.py --fuzz-long",
         "the test suite's own long runs (minutes to hours each)",
     ),
-    ("docs/kafka-broker.md", "ROOT=/data/logs                      # the kafkalog log dir", HANDOFF),
-    ("docs/kafka-broker.md", 'kafkalog topics "$ROOT" --describe --topic "$TOPIC"', HANDOFF),
-    ("docs/kafka-broker.md", 'bin/kafka-topics.sh --bootstrap-server "$BOOTSTRAP" --create', HANDOFF),
-    ("docs/kafka-broker.md", 'bin/kafka-topics.sh --bootstrap-server "$BOOTSTRAP" --describ', HANDOFF),
-    ("docs/kafka-broker.md", "bin/kafka-server-stop.sh", HANDOFF),
-    ("docs/kafka-broker.md", 'kafkalog export-to-broker "$ROOT" --topic "$TOPIC" --to "$LOG', HANDOFF),
-    ("docs/kafka-broker.md", 'kafkalog export-to-broker "$ROOT" --topic "$TOPIC" --topic-id', HANDOFF),
-    ("docs/kafka-broker.md", "bin/kafka-server-start.sh -daemon config/server.properties", HANDOFF),
-    ("docs/kafka-broker.md", 'grep -E "Completed load of Log\\(dir=$LOGDIR/$TOPIC-" logs/serv', HANDOFF),
 ]
 
 SNIPPET = re.compile(
@@ -138,6 +139,7 @@ def run_by_tests() -> dict[str, list[str]]:
         "docs/cli.md": list(cli_doc_blocks().values()),
         "docs/maintenance.md": [body for _, body, _ in snippets(read_doc("docs/maintenance.md"))],
         "docs/spark.md": python_blocks(read_doc("docs/spark.md")),
+        "docs/kafka-broker.md": bash_blocks(read_doc("docs/kafka-broker.md")),
     }
 
 
@@ -299,3 +301,139 @@ def test_spark_doc_snippets_run_as_pasted_in_order(spark_session, tmp_path):
     values = {bytes(r.value) for r in namespace["df"].collect()}  # the last snippet's read_committed read
     assert {b"hello", b"world"} <= values and len(values) > 2  # the batch write's rows and the stream's
     assert (tmp_path / "data" / "ckpt" / "events" / "commits").is_dir()
+
+
+# ---- docs/kafka-broker.md: the hand-over to a real broker, in a directory laid out as Kafka's installation ----
+
+BROKER_DOC = "docs/kafka-broker.md"
+BROKER_DOC_TOPIC = "events"
+BROKER_DOC_T0 = 1_699_999_850_000  # records 1 s apart from here: the doc's 1700000000000 falls inside
+BLOCK_MARK = "@@ kafka-broker.md block "
+
+
+def substitute_broker(text: str, tmp, home) -> str:
+    """docs/kafka-broker.md's places: `substitute`'s (ROOT=/data/logs), then the broker's log dir
+    (LOGDIR=/var/lib/kafka/data), its address (BOOTSTRAP=localhost:9092, a free port) and the staging dir."""
+    return (
+        substitute(text, tmp)
+        .replace("/var/lib/kafka/data", str(home.log_dir))
+        .replace("localhost:9092", home.bootstrap)
+        .replace("/tmp/events-export", f"{tmp}/events-export")
+    )
+
+
+def write_broker_doc_topic(root: str) -> dict[int, int]:
+    """ROOT's topic `events`: 3 partitions, 300 records through `kafkalog produce` (keys, headers, timestamps
+    around 1700000000000), then two transactions through the sink's commit path; returns the log end offsets."""
+    LogManager(root).create_topic(BROKER_DOC_TOPIC, 3, {"retention.ms": "-1"})
+    lines = [
+        json.dumps(
+            {
+                "key": f"key-{i}",
+                "value": f"value-{i}",
+                "timestamp": BROKER_DOC_T0 + i * 1000,
+                "partition": i % 3,
+                "headers": [["n", str(i)]] if i % 7 == 0 else [],
+            }
+        )
+        for i in range(300)
+    ]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    produce = [sys.executable, "-m", "kafkalog_ds", "produce", root, "--topic", BROKER_DOC_TOPIC, "--batch-size", "40"]
+    done = subprocess.run(produce, input="\n".join(lines) + "\n", env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    writer = 4242
+    for batch_id in range(2):  # each a transaction: data batches, then a COMMIT marker per partition
+        lm = LogManager(root)
+        stager = RecordStager(lm, writer, topic=BROKER_DOC_TOPIC, compression=CompressionType.NONE)
+        n = 30
+        stager.add(
+            pa.table(
+                {
+                    "key": pa.array([f"txn-{batch_id}-{i}".encode() for i in range(n)], pa.binary()),
+                    "value": pa.array([f"value-txn-{batch_id}-{i}".encode() for i in range(n)], pa.binary()),
+                    "timestamp": pa.array(
+                        [BROKER_DOC_T0 + 400_000 + batch_id * 60_000 + i for i in range(n)], pa.timestamp("ms", "UTC")
+                    ),
+                    "partition": pa.array([i % 3 for i in range(n)], pa.int32()),
+                }
+            )
+        )
+        commit_staged(lm, writer, batch_id, [stager.finish()], transactional=True)
+    lm = LogManager(root)
+    ends = {}
+    for p in range(3):
+        with lm.open_log(TopicPartition(BROKER_DOC_TOPIC, p)) as log:
+            ends[p] = log.log_end_offset
+    return ends
+
+
+def wait_until(condition, what: str, limit_s: float = 180.0) -> None:
+    """A hang guard only: poll a condition until it holds."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"no sign of {what} after {limit_s:.0f} s"
+        time.sleep(0.1)
+
+
+def block_outputs(stdout: str) -> list[str]:
+    parts = re.split(rf"^{re.escape(BLOCK_MARK)}\d+\n", stdout, flags=re.M)
+    return parts[1:]
+
+
+@pytest.mark.kafka
+def test_kafka_broker_doc_hand_over_runs_as_pasted_in_order(shell, tmp_path):
+    """docs/kafka-broker.md's bash blocks, in order, in one bash (as pasted into one terminal), in a directory
+    laid out as Kafka's installation (tools/realkafka/kafka_home.py: bin/ shims running Kafka 4.4's own main
+    classes, config/server.properties for one KRaft node, Kafka's log4j2.yaml writing logs/server.log), with
+    the broker running, as the doc's cluster is, before the first block. The doc's stated results hold:
+    the export's TopicId is the cluster's, the broker loads each partition without a WARN or ERROR, its
+    offsets (earliest, latest, by time) are kafkalog's, the console consumer prints 5 records."""
+    _, bin_dir = shell
+    home = KafkaHome(tmp_path / "kafka", tmp_path / "kafka-data").build()
+    root = f"{tmp_path}/data/logs"
+    ends = write_broker_doc_topic(root)
+    home.format()
+    try:
+        home.run("kafka-server-start.sh", "-daemon", "config/server.properties")
+        wait_until(
+            lambda: home.pid() is None or "Kafka Server started" in home.server_log_text(),
+            "the broker's start",
+        )
+        assert home.pid() is not None, (home.home / "logs" / "kafkaServer.out").read_text()[-3000:]
+
+        blocks = bash_blocks(read_doc(BROKER_DOC))
+        assert len(blocks) == 9
+        script = "".join(f'echo "{BLOCK_MARK}{i}"\n{block}' for i, block in enumerate(blocks))
+        p = run_block(substitute_broker(script, tmp_path, home), home.home, bin_dir)
+        check(script, p, BROKER_DOC)
+    finally:
+        home.kill()
+
+    out = block_outputs(p.stdout)
+    assert len(out) == 9, p.stdout
+    topic_id = (home.log_dir / "events-0" / "partition.metadata").read_text().split("topic_id: ")[1].strip()
+    assert f"Exported 3 partition(s) of topic events (TopicId {topic_id})" in out[5]  # step 4, read from the dirs
+    assert f"(TopicId {topic_id})" in out[6]  # the staging variant, given $TOPIC_ID from step 2
+    assert ".kafka_cleanshutdown" in out[4]
+
+    verify = out[8].splitlines()
+    loads = [line for line in verify if "Completed load of Log(dir=" in line]
+    assert len(loads) == 3, out[8]
+    for line in loads:
+        part = int(re.search(r"partition=(\d+)", line)[1])
+        assert f"logEndOffset={ends[part]})" in line, (line, ends)
+    assert "none" in verify  # the grep for WARN, ERROR, recovery, stray: nothing
+    offsets = [line for line in verify if re.fullmatch(r"events:\d+:\d*", line)]
+    assert len(offsets) == 9, out[8]
+    start, end, by_time = ({int(x.split(":")[1]): x.split(":")[2] for x in offsets[i : i + 3]} for i in (0, 3, 6))
+    assert start == {0: "0", 1: "0", 2: "0"}
+    assert end == {p: str(e) for p, e in ends.items()}
+    consumed = [line for line in verify if line.startswith("value-")]
+    assert len(consumed) == 5, out[8]
+    kafkalog = {r["partition"]: str(r["offset"]) for r in map(json.loads, (x for x in verify if x.startswith("{")))}
+    assert by_time == kafkalog and len(kafkalog) == 3, (by_time, kafkalog)
+    # what the doc says step 6's log shows before the Completed load lines
+    assert f"Skipping recovery of 3 logs from {home.log_dir} since clean shutdown file was found" in (
+        home.server_log_text()
+    )
