@@ -114,7 +114,9 @@ def m_marker(rng: random.Random, part_dir: str) -> str:
         old = h["attrs"]
         new = old | CONTROL_MASK
         struct.pack_into(">h", data, pos + 21, new)
-        return _finish(rng, seg, data, pos, size, f"{_where(seg, pos, h)}: attributes {old:#x} -> {new:#x} (control bit set)")
+        return _finish(
+            rng, seg, data, pos, size, f"{_where(seg, pos, h)}: attributes {old:#x} -> {new:#x} (control bit set)"
+        )
     seg, data, pos, size, h = rng.choice(controls)
     where = _where(seg, pos, h, "control batch")
     area_at = pos + HEADER_SIZE

@@ -1324,7 +1324,9 @@ class Runner:
             else:
                 alt = [w for w in (self.written_committed_view(topic, v) for v in post_views) if w is not None]
                 (ccls, cdet, cfirst), cnotes, _ = best_over_views(
-                    post_views + alt, lambda v: classify_read(v.committed, v.committed_stop, cgot, api_error(cexc)), cgot
+                    post_views + alt,
+                    lambda v: classify_read(v.committed, v.committed_stop, cgot, api_error(cexc)),
+                    cgot,
                 )
                 notes += [f"read_committed: {n}" for n in cnotes]
                 verdicts.append((ccls, f"read_committed after reopening: {cdet}" if ccls != "OK" else "", cfirst))
