@@ -1017,4 +1017,9 @@ def view_summary(v: View) -> str:
         stop = v.stop
         where = f"{os.path.basename(stop.file)} position {stop.position}"
         s += f", valid prefix stops at {where} ({stop.kind}: {stop.reason})"
+    if len(v.committed) != len(v.records) or v.committed_stop is not v.stop:
+        s += f"; read_committed: {len(v.committed)} records, last stable offset {v.lso}"
+        if v.committed_stop is not None and v.committed_stop is not v.stop:
+            stop = v.committed_stop
+            s += f", stops at {os.path.basename(stop.file)} position {stop.position} ({stop.reason})"
     return s

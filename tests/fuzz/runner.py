@@ -918,6 +918,7 @@ class Runner:
         self.jobs = jobs
         self.timeout = timeout
         self.mem_cap_arg = mem_cap
+        self.ops_given = bool(ops)  # else the txn partition gets g and h added to a-f
         self.ops = ops or list(O.OPS)
         self.keep = keep
         self.bomb_every = bomb_every
@@ -980,7 +981,7 @@ class Runner:
             topic = self.target_of(k)
             rng = random.Random(f"txn:{seed}:{k}" if self.txn else f"{seed}:{k}")
         tgt = self.corpus.target(topic)
-        if default_ops and tgt.kind == "txn" and self.s3 is None:
+        if default_ops and not self.ops_given and tgt.kind == "txn" and self.s3 is None:
             ops += [op for op in O.TXN_OPS if op not in ops]
         mdir = os.path.join(self.work, f"s{seed}-m{k}".replace(":", "-"))
         if os.path.exists(mdir):
