@@ -156,9 +156,45 @@ def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     snap, entries = found
     first = entries["current_txn_first_offset"].astype(np.int64)
     open_ = first >= 0
-    return snap.offset, dict(
-        zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True)
-    )
+    ongoing = dict(zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True))
+    why = _open_transactions_not_in_log(log, snap.offset, ongoing)
+    if why is not None:
+        logger.warning(
+            "not trusting producer snapshot %s: %s; scanning the log from its start", log.fs.url(snap.path), why
+        )
+        return log.log_start_offset, {}
+    return snap.offset, ongoing
+
+
+def _open_transactions_not_in_log(log, snapshot_offset: int, ongoing: dict[int, int]) -> str | None:
+    """Why a snapshot's open transactions are not the log's (None: each one's currentTxnFirstOffset is the base
+    offset of a transactional data batch of that producer below the snapshot's offset). One batch header read
+    per open transaction; a snapshot that fails it is a hint gone bad, not a reason to refuse the log."""
+    for pid, first in ongoing.items():
+        if not log.log_start_offset <= first < snapshot_offset:
+            return f"producer {pid}'s open transaction starts at {first}, outside [log start, {snapshot_offset})"
+        h = None
+        for chunk in log.read(first, first + 1):
+            headers = chunk.scan.headers
+            reach = headers["base_offset"].astype(np.int64) + headers["last_offset_delta"].astype(np.int64)
+            at = np.flatnonzero(reach >= first)
+            if at.size:
+                h = headers[int(at[0])]
+                break
+        if h is None:
+            return f"no batch at offset {first} (producer {pid}'s open transaction)"
+        attrs = int(h["attributes"])
+        if (
+            int(h["base_offset"]) != first
+            or int(h["producer_id"]) != pid
+            or not attrs & TRANSACTIONAL_FLAG_MASK
+            or attrs & CONTROL_FLAG_MASK
+        ):
+            return (
+                f"producer {pid}'s open transaction starts at {first}, where the log has no transactional data "
+                f"batch of it (batch at {int(h['base_offset'])} of producer {int(h['producer_id'])})"
+            )
+    return None
 
 
 def as_entries(txns: Iterable[AbortedTxn]) -> np.ndarray:

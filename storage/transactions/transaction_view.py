@@ -107,15 +107,14 @@ class TransactionView:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
         Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,
         until an entry's lastStableOffset reaches upper_bound_offset. A segment with no `.txnindex` has none,
-        unless the transaction state's scan found aborts in it."""
+        unless the transaction state's scan found aborts in it. Segments past the bound are searched too: an
+        aborted transaction's entry sits in the segment of its ABORT marker, which may lie past the bound."""
         from .transaction_state import collect_aborted
 
         found = []
         start = max(0, self._segments.floor_index(start_offset))
         for k in range(start, len(self._segments)):
             seg = self._segments[k]
-            if seg.base_offset >= upper_bound_offset and k > start:
-                break
             entries, complete = collect_aborted(self._aborted_entries(seg, log_end), start_offset, upper_bound_offset)
             found.append(entries)
             if complete:

@@ -26,6 +26,16 @@ Partitions (all partition 0):
   '0' rather than NUL, which compresses the same but would print as 6 MB of JSON escapes per record
   through `consume` and make the harness, not the engine, the bottleneck. The log is valid: readers
   must serve its 3 GB of values without going over the memory cap.
+- `txn`: Kafka transactions written through the engine (`log.append` of transactional batches and of
+  control batches from `EndTransactionMarker.to_batch`): 4 transactional producers whose transactions
+  interleave, some committed and some aborted, one spanning segments, with non-transactional batches
+  (no producer id, and an idempotent producer) between them, 4 writer sessions, segment.bytes=2500 so
+  that several segments have `.txnindex` entries, producer snapshots at each roll and each clean close
+  (storage.log.CLOSE_SNAPSHOT_MIN_OFFSETS set to 0 here, as tests/storage/transactions/conftest.py
+  does), and one transaction left open at the end, followed by committed data of other producers.
+  The manifest records `written` (what read_uncommitted serves: every data record), `committed` (what a
+  read_committed reader must serve, from the generator's own model: no aborted record, nothing at or
+  past the last stable offset) and `lso`.
 - `chunky`: uncompressed, segment.bytes=400000, values of 200-3000 bytes (batches of a few KB), 3+
   segments: the only partition whose segments are larger than a reader's first chunks (64 KiB, then
   256 KiB more), for the object-store mode's mutants at chunk boundaries (mutate.m_chunk).
@@ -34,6 +44,7 @@ Partitions (all partition 0):
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import random
@@ -286,6 +297,110 @@ def build_bomb(lm, root: str) -> dict:
     return {"written": written}
 
 
+TXN_PRODUCERS = [11, 12, 13, 14]
+TXN_IDEMPOTENT_PRODUCER = 21
+TXN_SESSIONS = 4
+TXN_STEPS_PER_SESSION = 30
+
+
+def build_txn(lm, rng: random.Random) -> dict:
+    """The `txn` partition: see the module docstring. Returns its manifest entry."""
+    import storage.log
+    from storage.records.builder import build_batch
+    from storage.records.record_batch import CompressionType
+    from storage.topic_partition import TopicPartition
+    from storage.transactions.control_records import ControlRecordType, EndTransactionMarker
+
+    topic = "txn"
+    lm.create_topic(topic, 1, {"segment.bytes": "2500", "index.interval.bytes": "200"})
+    tp = TopicPartition(topic, 0)
+    saved = storage.log.CLOSE_SNAPSHOT_MIN_OFFSETS
+    storage.log.CLOSE_SNAPSHOT_MIN_OFFSETS = 0  # a snapshot at every clean close, as a broker's shutdown
+    index = 0
+    records = []  # [offset, digest, txn id or None]
+    open_txn: dict[int, int] = {}  # producer id -> txn id
+    outcome: dict[int, str] = {}  # txn id -> "commit" | "abort"
+    txn_first: dict[int, int] = {}  # txn id -> first offset
+    next_txn = 0
+    seq = collections.defaultdict(int)
+
+    def data_batch(log, pid, txn):
+        nonlocal index
+        rows = gen_rows(rng, rng.randint(1, 5), index)
+        index += len(rows)
+        codec = rng.choice(["NONE", "NONE", "LZ4", "ZSTD"])
+        kw = {}
+        if pid >= 0:
+            kw = {"producer_id": pid, "producer_epoch": 0, "base_sequence": seq[pid], "is_transactional": txn}
+            seq[pid] += len(rows)
+        info = log.append(build_batch(_table(rows), compression=CompressionType[codec], base_offset=0, **kw))
+        return [[o, d] for o, d in _digest_rows(rows, info.first_offset)]
+
+    def end(log, pid, kind):
+        t = open_txn.pop(pid)
+        outcome[t] = "commit" if kind is ControlRecordType.COMMIT else "abort"
+        marker = EndTransactionMarker(kind, 3)
+        log.append(marker.to_batch(base_offset=0, timestamp=TS0 + index * 1000, producer_id=pid, producer_epoch=0))
+
+    try:
+        for session in range(TXN_SESSIONS):
+            last = session == TXN_SESSIONS - 1
+            with lm.open_log(tp, writable=True) as log:
+                for _ in range(TXN_STEPS_PER_SESSION):
+                    r = rng.random()
+                    if r < 0.15:
+                        pid = rng.choice([-1, TXN_IDEMPOTENT_PRODUCER])
+                        records += [[o, d, None] for o, d in data_batch(log, pid, False)]
+                    elif r < 0.35 and open_txn:
+                        pid = rng.choice(sorted(open_txn))
+                        end(log, pid, ControlRecordType.ABORT if rng.random() < 0.45 else ControlRecordType.COMMIT)
+                    else:
+                        pid = rng.choice(TXN_PRODUCERS)
+                        if pid not in open_txn:
+                            open_txn[pid] = next_txn
+                            next_txn += 1
+                        got = data_batch(log, pid, True)
+                        txn_first.setdefault(open_txn[pid], got[0][0])
+                        records += [[o, d, open_txn[pid]] for o, d in got]
+                if last:  # every transaction ends but one, left open; committed data follows it
+                    keep = sorted(open_txn)[0] if open_txn else TXN_PRODUCERS[0]
+                    for pid in sorted(open_txn):
+                        if pid != keep:
+                            end(log, pid, rng.choice([ControlRecordType.ABORT, ControlRecordType.COMMIT]))
+                    if keep not in open_txn:
+                        open_txn[keep] = next_txn
+                        next_txn += 1
+                        got = data_batch(log, keep, True)
+                        txn_first[open_txn[keep]] = got[0][0]
+                        records += [[o, d, open_txn[keep]] for o, d in got]
+                    other = next(p for p in TXN_PRODUCERS if p != keep)
+                    open_txn[other] = next_txn
+                    next_txn += 1
+                    records += [[o, d, open_txn[other]] for o, d in data_batch(log, other, True)]
+                    end(log, other, ControlRecordType.COMMIT)
+                    records += [[o, d, None] for o, d in data_batch(log, -1, False)]
+    finally:
+        storage.log.CLOSE_SNAPSHOT_MIN_OFFSETS = saved
+    lso = min(txn_first[t] for t in open_txn.values())
+    committed = [[o, d] for o, d, t in records if o < lso and (t is None or outcome.get(t) == "commit")]
+    d = os.path.join(lm.root, f"{topic}-0")
+    names = os.listdir(d)
+    segs = [n for n in names if n.endswith(".log")]
+    txnindexes = [n for n in names if n.endswith(".txnindex") and os.path.getsize(os.path.join(d, n)) >= 34]
+    snapshots = [n for n in names if n.endswith(".snapshot")]
+    if len(segs) < 3 or len(txnindexes) < 2 or len(snapshots) < 2 or "abort" not in outcome.values():
+        raise RuntimeError(f"txn partition too small: {sorted(names)}")
+    return {
+        "kind": "txn",
+        "codec": "none",
+        "written": [[o, d] for o, d, _ in records],
+        "committed": committed,
+        "lso": lso,
+        "aborted_txns": sum(1 for v in outcome.values() if v == "abort"),
+        "committed_txns": sum(1 for v in outcome.values() if v == "commit"),
+    }
+
+
 def build_corpus(out_dir: str, *, bomb: bool = True) -> dict:
     """Write the corpus under out_dir/root and its manifest to out_dir/manifest.json."""
     from storage.log_manager import LogManager
@@ -310,6 +425,7 @@ def build_corpus(out_dir: str, *, bomb: bool = True) -> dict:
         lm, "chunky", "none", random.Random(CORPUS_SEED + 1), config=cfg, min_segments=3, value_len=(200, 3000)
     )
     parts["chunky"] = {"kind": "chunky", "codec": "none", "written": written}
+    parts["txn"] = build_txn(lm, random.Random(CORPUS_SEED + 2))  # its own generator, as `chunky`
     manifest = {"root": root, "partitions": parts}
     with open(os.path.join(out_dir, "manifest.json"), "w") as f:
         json.dump(manifest, f)

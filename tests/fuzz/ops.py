@@ -8,6 +8,12 @@
                     one record, close, then read everything through a fresh LogManager
     f recover_full  the same after the runner deleted the checkpoint (full recovery)
 
+On a partition with transactions (the `txn` partition, TXN_OPS) two more, and e and f then also read the
+partition at read_committed after their session:
+
+    g read_committed     open_log(tp).read_records(log_start_offset, isolation_level="read_committed")
+    h consume_committed  `kafkalog consume ROOT --topic T --offset earliest --isolation-level read_committed`
+
 Process model. Starting a Python that imports numba and pyarrow costs about a second here, and a run
 is 1,800+ operations, so a *fork server* does the imports once: `python -m tests.fuzz.ops --serve FD`
 (the "zygote") imports the engine, warms its numba kernels on a tiny log of its own, and then, per
@@ -41,7 +47,8 @@ import time
 import traceback
 
 OPS = ["dump", "consume", "read", "read_mid", "recover_ckpt", "recover_full"]
-OP_LETTER = dict(zip(OPS, "abcdef", strict=False))
+TXN_OPS = [*OPS, "read_committed", "consume_committed"]
+OP_LETTER = dict(zip(TXN_OPS, "abcdefgh", strict=False))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 APPEND_KEY = b"fuzz-appended-key"
@@ -90,10 +97,10 @@ def _exc_info(e: BaseException, stage: str) -> dict:
     }
 
 
-def _emit_records(out: _Out, log, start: int) -> None:
+def _emit_records(out: _Out, log, start: int, isolation_level: str = "read_uncommitted") -> None:
     from tests.fuzz.reference import _short, record_digest
 
-    for batch in log.read_records(start):
+    for batch in log.read_records(start, isolation_level=isolation_level):
         cols = {name: batch.column(name) for name in batch.schema.names}
         offs = cols["offset"].to_pylist()
         tss = cols["timestamp"].to_pylist()
@@ -124,7 +131,7 @@ def _read_op(out: _Out, req: dict) -> None:
             start = log.log_start_offset if req.get("offset") is None else req["offset"]
             out.ev(opened={"log_start": log.log_start_offset, "log_end": log.log_end_offset, "start": start})
             stage = "read"
-            _emit_records(out, log, start)
+            _emit_records(out, log, start, req.get("isolation_level") or "read_uncommitted")
         out.ev(done=True)
     except BaseException as e:  # noqa: BLE001 - every exception is an outcome to classify
         out.ev(exc=_exc_info(e, stage))
@@ -171,6 +178,14 @@ def _recover_op(out: _Out, req: dict) -> None:
         out.ev(done=True)
     except BaseException as e:  # noqa: BLE001
         out.ev(exc=_exc_info(e, stage))
+    if req.get("committed"):  # a transactional partition: the same log at read_committed
+        try:
+            with LogManager(req["root"]).open_log(tp) as log:
+                out.ev(committed_phase=True)
+                _emit_records(out, log, log.log_start_offset, "read_committed")
+            out.ev(committed_done=True)
+        except BaseException as e:  # noqa: BLE001
+            out.ev(exc=_exc_info(e, "read-committed"))
     if appended_at is not None:  # a record appended behind damage must still be readable from its offset
         try:
             with LogManager(req["root"]).open_log(tp) as log:
@@ -189,6 +204,8 @@ def _cli_op(req: dict) -> int:
         argv = ["dump-log", *req["files"], "--print-data-log"]
     else:
         argv = ["consume", req["root"], "--topic", req["topic"], "--offset", "earliest"]
+        if req["op"] == "consume_committed":
+            argv += ["--isolation-level", "read_committed"]
     for k, v in (req.get("storage_options") or {}).items():  # the object-store mode: --fs as a user gives them
         argv += ["--fs", f"{k}={v if isinstance(v, str) else json.dumps(v)}"]
     try:
@@ -203,14 +220,14 @@ def _cli_op(req: dict) -> int:
 
 def run_in_child(req: dict) -> int:
     """Body of a forked child; returns its exit code."""
-    if req["op"] in ("dump", "consume"):
+    if req["op"] in ("dump", "consume", "consume_committed"):
         rc = _cli_op(req)
         sys.stdout.flush()
         sys.stderr.flush()
         return rc
     out = _Out()
     try:
-        if req["op"] in ("read", "read_mid"):
+        if req["op"] in ("read", "read_mid", "read_committed"):
             _read_op(out, req)
         else:
             _recover_op(out, req)

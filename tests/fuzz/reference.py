@@ -20,6 +20,18 @@ The rules (DESIGN.md, "What must be checked before bytes are trusted", plus Java
   length, varints at most 5 (int) / 10 (long) bytes (Java's limits);
 - offsetDeltas strictly increase within [0, lastOffsetDelta].
 
+The READ_COMMITTED answer (View.committed, `committed_view`) is computed from the valid prefix's batches
+alone, as Kafka decides it: the broker's producer state (ProducerAppendInfo.append) for every batch with a
+producer id (>= 0): a transactional data batch opens its producer's transaction if none is open; a control
+batch's first record is read as an EndTransactionMarker (key: at least 4 bytes, int16 version >= 0, type
+ABORT 0 or COMMIT 1; value: at least 6 bytes, int16 version >= 0; a higher version is read as 0; the
+coordinator epoch and the batch's producer epoch do not matter when a log is loaded) and ends the open
+transaction of its producer id (an ABORT: an aborted range [first offset, marker offset]); a control batch
+whose marker does not read so ends the committed view there (an error is due, naming it). Then the
+consumer (CompletedFetch): control records dropped, transactional data batches of a producer inside one of
+its aborted ranges dropped, nothing at or past the last stable offset (the first offset of a transaction
+left open in the valid prefix). `.txnindex` and `.snapshot` files are not read: they are hints.
+
 The VALID PREFIX of a partition is every record, in order, of the batches before the first byte
 that breaks a rule; a partial batch at the end of the last segment (a torn tail) also ends it.
 Records below the log start offset (log-start-offset-checkpoint) are not part of it.
@@ -49,6 +61,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 1048588
 DUMP_MAX_MESSAGE_SIZE = 5 * 1024 * 1024  # dump-log's --max-message-size default (Kafka's)
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_MASK = 0x20
+TRANSACTIONAL_MASK = 0x10
+ABORT, COMMIT = 0, 1  # ControlRecordType ids of the transaction markers
 TIMESTAMP_TYPE_MASK = 0x08
 TSTYPE_NAMES = {0: "CreateTime", 1: "LogAppendTime"}
 
@@ -483,6 +497,7 @@ class Batch:
     structure_error: str | None  # Java's parser fails (decompression, record framing)
     semantic_error: str | None  # DESIGN's extra checks fail (offset deltas, counts)
     records_area: bytes | None = None  # inflated record area (only when keep_area)
+    marker: tuple | None = None  # a control batch's first record as (key, value) bytes
     fresh: bool = False  # decoded now (not from the cache): cross-checked with kafka-python
 
     @property
@@ -500,6 +515,10 @@ class Batch:
     @property
     def control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
 
     @property
     def tstype(self) -> int:
@@ -542,13 +561,13 @@ def decode_batch(path: str, data: bytes, pos: int, max_bytes: int, *, keep_area:
     key = (hashlib.blake2b(bytes(data[pos : pos + size]), digest_size=16).digest(), max_bytes)
     hit = _DECODED.get(key)
     if hit is not None and not keep_area:
-        b.records, b.area_size, b.structure_error, b.semantic_error = hit
+        b.records, b.area_size, b.structure_error, b.semantic_error, b.marker = hit
         return b
     b.fresh = True
     _decode_records(b, data, pos, max_bytes, keep_area)
     if len(_DECODED) >= _DECODED_MAX:
         _DECODED.clear()
-    _DECODED[key] = (b.records, b.area_size, b.structure_error, b.semantic_error)
+    _DECODED[key] = (b.records, b.area_size, b.structure_error, b.semantic_error, b.marker)
     return b
 
 
@@ -581,6 +600,8 @@ def _decode_records(b: Batch, data, pos: int, max_bytes: int, keep_area: bool) -
     b.area_size = len(area)
     raws, err = parse_records(area, count)
     del area
+    if attrs & CONTROL_MASK and raws:
+        b.marker = (raws[0].key, raws[0].value)
     tstype = b.tstype
     for r in raws:
         ts = mts if tstype == 1 else _wrap64(bts + r.timestamp_delta)
@@ -663,6 +684,10 @@ class View:
     segments: list  # list[Segment] this view reads
     notes: list = field(default_factory=list)
     reader_only: bool = False  # a view readers may serve but a writer's recovery may not leave
+    # what a read_committed reader serves (see the module docstring), and where that answer ends
+    committed: list = field(default_factory=list)
+    committed_stop: Stop | None = None
+    lso: int = 0
 
     def offsets(self):
         return [r.offset for r in self.records]
@@ -788,10 +813,12 @@ def _view_of(
     stop = None
     end_offset = segments[0].base_offset if segments else 0
     log_start = max(log_start_ckpt, segments[0].base_offset if segments else 0)
+    prefix: list[Batch] = []
     for i, seg in enumerate(segments):
         nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
         data = (overrides or {}).get(seg.path)
         batches, prev_last, stop = walk_segment(seg, nxt, prev_last, max_bytes, is_last=nxt is None, data=data)
+        prefix += batches
         for b in batches:
             if not b.control:
                 records.extend(r for r in b.records if r.offset >= log_start)
@@ -800,7 +827,62 @@ def _view_of(
             break
         if not batches and nxt is None:
             end_offset = max(end_offset, seg.base_offset)
-    return View(name, records, end_offset, stop, log_start, segments)
+    view = View(name, records, end_offset, stop, log_start, segments)
+    view.committed, view.committed_stop, view.lso = committed_view(prefix, stop, log_start, end_offset)
+    return view
+
+
+def marker_error(key: bytes | None, value: bytes | None) -> tuple[int | None, str | None]:
+    """(control type, None) for a control record Kafka's EndTransactionMarker.deserialize accepts, else
+    (None, why)."""
+    if key is None or len(key) < 4:
+        return None, f"control record key of {'null' if key is None else len(key)} bytes (at least 4)"
+    version, ctype = struct.unpack_from(">hh", key, 0)
+    if version < 0:
+        return None, f"control record key version {version}"
+    if ctype not in (ABORT, COMMIT):
+        return None, f"control record type {ctype} is not a transaction marker"
+    if value is None or len(value) < 6:
+        return None, f"marker value of {'null' if value is None else len(value)} bytes (at least 6)"
+    if struct.unpack_from(">h", value, 0)[0] < 0:
+        return None, f"marker value version {struct.unpack_from('>h', value, 0)[0]}"
+    return ctype, None
+
+
+def committed_view(batches: list, stop: Stop | None, log_start: int, end_offset: int) -> tuple:
+    """(records, stop, last stable offset) of a read_committed reader over the valid prefix's batches
+    (see the module docstring)."""
+    ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+    aborted: dict[int, list] = {}  # producer id -> [(first, last)]
+    upto = len(batches)
+    cstop = stop
+    for i, b in enumerate(batches):
+        pid = b.producer_id
+        if pid < 0:
+            continue
+        if b.control:
+            if b.record_count == 0 or b.marker is None:
+                continue  # an empty control batch: its transaction was cleaned away
+            ctype, why = marker_error(*b.marker)
+            if why:
+                cstop = Stop(b.file, b.position, "corrupt", f"marker: {why}", b.base_offset)
+                upto = i
+                break
+            first = ongoing.pop(pid, None)
+            if first is not None and ctype == ABORT:
+                aborted.setdefault(pid, []).append((first, b.base_offset))
+        elif b.transactional and pid not in ongoing:
+            ongoing[pid] = b.base_offset
+    end = batches[upto].base_offset if upto < len(batches) else end_offset
+    lso = min([end, *ongoing.values()])
+    out = []
+    for b in batches[:upto]:
+        if b.control:
+            continue
+        if b.transactional and any(f <= b.base_offset <= last for f, last in aborted.get(b.producer_id, ())):
+            continue
+        out.extend(r for r in b.records if log_start <= r.offset < lso)
+    return out, cstop, max(lso, log_start)
 
 
 def partition_views(root: str, topic: str, partition: int = 0) -> list[View]:
@@ -935,4 +1017,9 @@ def view_summary(v: View) -> str:
         stop = v.stop
         where = f"{os.path.basename(stop.file)} position {stop.position}"
         s += f", valid prefix stops at {where} ({stop.kind}: {stop.reason})"
+    if len(v.committed) != len(v.records) or v.committed_stop is not v.stop:
+        s += f"; read_committed: {len(v.committed)} records, last stable offset {v.lso}"
+        if v.committed_stop is not None and v.committed_stop is not v.stop:
+            stop = v.committed_stop
+            s += f", stops at {os.path.basename(stop.file)} position {stop.position} ({stop.reason})"
     return s

@@ -4,6 +4,7 @@
     python -m tests.fuzz.runner --seed S --only K[,K2...] -v    # reproduce single mutants
     python -m tests.fuzz.runner --seed S --mutants N --clean    # also the unmutated partitions
     python -m tests.fuzz.runner --s3 --seed S --mutants N       # the object-store mode (below)
+    python -m tests.fuzz.runner --txn --seed S --mutants N      # the transaction families (below)
     options: --ops a,b,...  --jobs J  --timeout SEC  --mem-cap-mb MB  --corpus DIR (reuse a built corpus)
              --keep DIR (keep the mutant directories)  --json FILE (every outcome)  --bomb-every N
 
@@ -13,6 +14,13 @@ of its own and read through s3:// URLs (CLI: `--fs KEY=VALUE`; API: storage_opti
 operations a-d only. Mutant k targets S3_TARGETS[k % 8]: the seven above and `chunky`, whose mutants
 are 3 in 4 damage at the end of a reader's chunk read (mutate.m_chunk); no bomb mutants. A reader
 that changes an object (its ETag) is SILENT_WRONG, as one that changes a local file.
+
+Transaction mode (--txn): every mutant targets the `txn` partition (Kafka transactions: markers,
+`.txnindex` files, producer snapshots) with a mutation from tests/fuzz/mutate_txn.py (families marker,
+txnindex, snapshot), drawn from random.Random(f"txn:{S}:{k}"); the operations are a-f plus g read_committed
+and h consume_committed (tests/fuzz/ops.py), judged against the oracle's read_committed answer
+(reference.committed_view, from the log's bytes alone), and e and f also read at read_committed after
+their session. The unmutated `txn` partition runs g and h in the default mode too.
 
 Mutant k of seed S targets partition TARGETS[k % 7] (the five codec topics, `swap`, `leftovers`), and
 the compression-bomb partition when k % bomb_every == bomb_every - 1; its mutation is drawn from
@@ -51,6 +59,11 @@ Decisions (ambiguities the brief leaves open):
   after a cut must be readable in a read from the start.
 - read_mid starts at the middle record of the oracle's valid prefix (before any damage), so records
   from there up to the damage must be served.
+- read_committed (g, h) on a log whose valid prefix stops at a damaged batch (a marker with a stale CRC):
+  the oracle's own answer stops at the last stable offset of the valid prefix (the damaged marker's
+  transaction counts as open), but a reader that trusts the intact `.txnindex` and snapshot (as Kafka's
+  broker does) may serve, before its error at the damage, the records the corpus's manifest says are
+  committed below the damaged batch (`written_committed_view`). Its error must still name the damage.
 """
 
 from __future__ import annotations
@@ -75,6 +88,7 @@ from dataclasses import asdict, dataclass, field
 import crc32c
 
 from . import mutate as M
+from . import mutate_txn as MT
 from . import ops as O
 from .reference import (
     TSTYPE_NAMES,
@@ -164,9 +178,10 @@ class Outcome:
     oracle: str = ""
     bomb_every: int = DEFAULT_BOMB_EVERY  # which mutant indexes target the bomb: part of a mutant's identity
     store: str = "local"  # "s3": read through the S3 test server (also part of a mutant's identity)
+    txn: bool = False  # the transaction mode's mutant (also part of its identity)
 
     def repro(self) -> str:
-        s3 = " --s3" if self.store == "s3" else ""
+        s3 = " --s3" if self.store == "s3" else (" --txn" if self.txn else "")
         if isinstance(self.k, int):
             be = "" if self.bomb_every == DEFAULT_BOMB_EVERY or s3 else f" --bomb-every {self.bomb_every}"
             return (
@@ -224,6 +239,8 @@ class ApiParser:
                 self.phase = "after"
             elif "appended_phase" in ev:
                 self.phase = "appended"
+            elif "committed_phase" in ev:
+                self.phase = "committed"
 
     def event(self, name):
         for ev in self.events:
@@ -882,6 +899,7 @@ class Runner:
         bomb_every: int = DEFAULT_BOMB_EVERY,
         verbose: bool = False,
         s3: ObjectStore | None = None,
+        txn: bool = False,
     ):
         if s3 is not None:
             bad = [op for op in ops or () if op not in S3_OPS]
@@ -889,13 +907,18 @@ class Runner:
                 raise ValueError(f"the object-store mode runs the reading operations only, not {bad}")
             ops = ops or S3_OPS
             bomb_every = 0  # the bomb is read locally; 3 GB through the test server says nothing more
+        if txn:
+            ops = ops or list(O.TXN_OPS)
+            bomb_every = 0
         self.s3 = s3
+        self.txn = txn
         self.corpus = corpus
         self.seed = seed
         self.work = work
         self.jobs = jobs
         self.timeout = timeout
         self.mem_cap_arg = mem_cap
+        self.ops_given = bool(ops)  # else the txn partition gets g and h added to a-f
         self.ops = ops or list(O.OPS)
         self.keep = keep
         self.bomb_every = bomb_every
@@ -929,6 +952,8 @@ class Runner:
 
     # -- targets
     def target_of(self, k: int) -> str:
+        if self.txn:
+            return "txn"
         if self.s3 is not None:
             return S3_TARGETS[k % len(S3_TARGETS)]
         if (
@@ -947,20 +972,26 @@ class Runner:
     # -- one mutant
     def run_mutant(self, k, seed: int | None = None, ops=None) -> list:
         seed = self.seed if seed is None else seed
+        default_ops = ops is None
         ops = list(self.ops if ops is None else ops)
         if isinstance(k, str):  # "clean:<topic>"
             topic = k.split(":", 1)[1]
             rng = None
         else:
             topic = self.target_of(k)
-            rng = random.Random(f"{seed}:{k}")
+            rng = random.Random(f"txn:{seed}:{k}" if self.txn else f"{seed}:{k}")
         tgt = self.corpus.target(topic)
+        if default_ops and not self.ops_given and tgt.kind == "txn" and self.s3 is None:
+            ops += [op for op in O.TXN_OPS if op not in ops]
         mdir = os.path.join(self.work, f"s{seed}-m{k}".replace(":", "-"))
         if os.path.exists(mdir):
             shutil.rmtree(mdir)
         root_a = os.path.join(mdir, "a", "root")
         part_a = self.corpus.copy_partition(topic, root_a)
-        if rng is not None:
+        if rng is not None and self.txn:
+            mut = MT.mutate_txn(rng, part_a)
+            family, desc = mut.family, f"{topic}-0/{mut.desc}"
+        elif rng is not None:
             fam = "chunk" if tgt.kind == "chunky" and rng.random() < CHUNK_SHARE else None
             mut = M.mutate(rng, part_a, has_swap=tgt.kind == "swap", family=fam)
             family, desc = mut.family, f"{topic}-0/{mut.desc}"
@@ -990,6 +1021,7 @@ class Runner:
             oracle=oracle_desc,
             bomb_every=self.bomb_every,
             store="s3" if self.s3 else "local",
+            txn=self.txn,
         )
         # the middle of the shortest valid prefix over the views: no view has damage before it
         mids = [v.records[len(v.records) // 2].offset for v in views if v.records]
@@ -1058,16 +1090,23 @@ class Runner:
             else:
                 (cls, det, first), notes = classify_dump(files, dviews, parser, res)
             return self._outcome(base, op, cls, det, first, notes, res, err_text=_err_tail(res.stderr))
-        if op == "consume":
+        committed = op in ("read_committed", "consume_committed")
+        if committed:
+            views = views + [w for w in (self.written_committed_view(topic, v) for v in views) if w is not None]
+
+        def expected(v):  # what the view says a reader at this op's isolation level gets, and where it ends
+            return (v.committed, v.committed_stop) if committed else (v.records, v.stop)
+
+        if op in ("consume", "consume_committed"):
             parser = ConsumeParser()
-            res = self.run_op({"op": "consume", "root": root, "topic": topic, "storage_options": opts}, parser)
+            res = self.run_op({"op": op, "root": root, "topic": topic, "storage_options": opts}, parser)
             pv = process_verdict(res)
             err = None if pv else cli_error(res)
             if pv:
                 (cls, det, first), notes = pv, []
             else:
                 (cls, det, first), notes, _ = best_over_views(
-                    views, lambda v: classify_read(v.records, v.stop, parser.records, err, exact=True), parser.records
+                    views, lambda v: classify_read(*expected(v), parser.records, err, exact=True), parser.records
                 )
                 if parser.garbage:
                     cls, det = worst(
@@ -1075,8 +1114,11 @@ class Runner:
                     )[:2]
             return self._outcome(base, op, cls, det, first, notes, res, err_text=_err_tail(res.stderr))
         parser = ApiParser()
-        start = None if op == "read" else mid
-        res = self.run_op({"op": op, "root": root, "topic": topic, "offset": start, "storage_options": opts}, parser)
+        start = mid if op == "read_mid" else None
+        req = {"op": op, "root": root, "topic": topic, "offset": start, "storage_options": opts}
+        if committed:
+            req["isolation_level"] = "read_committed"
+        res = self.run_op(req, parser)
         pv = process_verdict(res)
         excs = parser.excs()
         err = api_error(excs[0]) if excs else None
@@ -1091,8 +1133,9 @@ class Runner:
         else:
 
             def fn(v):
-                exp = v.records if start is None else [r for r in v.records if r.offset >= start]
-                return classify_read(exp, v.stop, got, err, exact=True)
+                exp, stop = expected(v)
+                exp = exp if start is None else [r for r in exp if r.offset >= start]
+                return classify_read(exp, stop, got, err, exact=True)
 
             (cls, det, first), notes, _ = best_over_views(views, fn, got, start)
         if parser.garbage:
@@ -1103,9 +1146,23 @@ class Runner:
             base, op, cls, det, first, notes, res, err_text=(err.msg if err else _err_tail(res.stderr))
         )
 
+    def written_committed_view(self, topic: str, v):
+        """For a view whose valid prefix stops at a damaged batch: the same view whose read_committed answer
+        is the manifest's committed records below that batch (see the module docstring), else None."""
+        part = self.corpus.manifest["partitions"].get(topic, {})
+        stop = v.committed_stop
+        if "committed" not in part or stop is None or stop is not v.stop:
+            return None
+        bound = v.end_offset if stop.batch_base_offset is None else min(v.end_offset, stop.batch_base_offset)
+        recs = {r.offset: r for r in v.records}
+        exp = [recs[o] for o, d in part["committed"] if o < bound and o in recs and recs[o].digest == d]
+        w = dataclasses.replace(v, name=f"{v.name} (committed as written)", committed=exp)
+        return w
+
     def _recover(self, op, root, topic, tgt, pre_views, root_a, base) -> Outcome:
         parser = ApiParser()
-        res = self.run_op({"op": op, "root": root, "topic": topic, "codec": tgt.codec}, parser)
+        txn = tgt.kind == "txn"
+        res = self.run_op({"op": op, "root": root, "topic": topic, "codec": tgt.codec, "committed": txn}, parser)
         pv = process_verdict(res)
         notes = []
         excs = parser.excs()
@@ -1260,6 +1317,20 @@ class Runner:
         if cls != "OK":
             det = f"read after reopening: {det}"
         verdicts.append((cls, det, first))
+        if txn:  # 4. the read at read_committed afterwards, against the post-session oracle's answer
+            cexc = next((e for e in excs if e["stage"] == "read-committed"), None)
+            cgot = parser.phases["committed"]
+            if cexc is None and not parser.event("committed_done"):
+                verdicts.append(("BAD_ERROR", "the read_committed read after the session gave no result", None))
+            else:
+                alt = [w for w in (self.written_committed_view(topic, v) for v in post_views) if w is not None]
+                (ccls, cdet, cfirst), cnotes, _ = best_over_views(
+                    post_views + alt,
+                    lambda v: classify_read(v.committed, v.committed_stop, cgot, api_error(cexc)),
+                    cgot,
+                )
+                notes += [f"read_committed: {n}" for n in cnotes]
+                verdicts.append((ccls, f"read_committed after reopening: {cdet}" if ccls != "OK" else "", cfirst))
         cls, det, first = worst(*verdicts)
         err_text = "\n".join(f"{e['stage']}: {e['module']}.{e['type']}: {e['msg']}" for e in excs)
         if any(not api_error(e) or api_error(e).kind != "project" for e in excs):
@@ -1326,19 +1397,19 @@ def summary_table(outcomes: list) -> str:
     counts = collections.defaultdict(collections.Counter)
     for o in outcomes:
         counts[o.op][o.cls] += 1
-    ops = [op for op in O.OPS if op in counts]
+    ops = [op for op in O.TXN_OPS if op in counts]
     w = max(len(c) for c in CLASSES) + 1
-    head = f"{'op':<16}" + "".join(f"{c:>{w}}" for c in CLASSES) + f"{'total':>7}"
+    head = f"{'op':<20}" + "".join(f"{c:>{w}}" for c in CLASSES) + f"{'total':>7}"
     lines = [head, "-" * len(head)]
     tot = collections.Counter()
     for op in ops:
         c = counts[op]
         tot.update(c)
         lines.append(
-            f"{O.OP_LETTER[op] + ' ' + op:<16}" + "".join(f"{c[x]:>{w}}" for x in CLASSES) + f"{sum(c.values()):>7}"
+            f"{O.OP_LETTER[op] + ' ' + op:<20}" + "".join(f"{c[x]:>{w}}" for x in CLASSES) + f"{sum(c.values()):>7}"
         )
     lines.append("-" * len(head))
-    lines.append(f"{'all':<16}" + "".join(f"{tot[x]:>{w}}" for x in CLASSES) + f"{sum(tot.values()):>7}")
+    lines.append(f"{'all':<20}" + "".join(f"{tot[x]:>{w}}" for x in CLASSES) + f"{sum(tot.values()):>7}")
     return "\n".join(lines)
 
 
@@ -1374,14 +1445,20 @@ def main(argv=None) -> int:
         help="the object-store mode: each mutant read through a local S3 test server (moto) with s3:// URLs; "
         "operations a-d only (default: all four); the targets add `chunky`",
     )
+    ap.add_argument(
+        "--txn",
+        action="store_true",
+        help="the transaction mode: every mutant targets the `txn` partition with the marker, txnindex and "
+        "snapshot families; operations a-h (default: all eight)",
+    )
     args = ap.parse_args(argv)
 
-    ops = list(S3_OPS if args.s3 else O.OPS)
+    ops = list(S3_OPS if args.s3 else O.TXN_OPS if args.txn else O.OPS)
     if args.ops:
         by_letter = {v: k for k, v in O.OP_LETTER.items()}
         ops = [by_letter.get(x.strip(), x.strip()) for x in args.ops.split(",")]
         for op in ops:
-            if op not in O.OPS:
+            if op not in O.TXN_OPS:
                 ap.error(f"unknown op {op}")
     tmp = tempfile.mkdtemp(prefix="kl-fuzz-")
     try:
@@ -1411,6 +1488,7 @@ def main(argv=None) -> int:
             bomb_every=0 if args.no_bomb else args.bomb_every,
             verbose=args.verbose,
             s3=store,
+            txn=args.txn,
         )
         try:
             ks = []

@@ -30,6 +30,16 @@ mutants through a, b, c. Long (--fuzz-long): 4 seeds x 80 mutants through a-d.
 A failure prints, per failing (mutant, operation): the seed, the mutant index, the mutation, the
 operation, the first differing offset, what happened, and the command that reproduces it:
     PYTHONPATH=. python -m tests.fuzz.runner [--s3] --seed S --only K --ops X -v
+Transaction mode (`python -m tests.fuzz.runner --txn`; tests/fuzz/mutate_txn.py): the `txn` partition's
+markers, `.txnindex` files and producer snapshots damaged, operations a-h (g read_committed, h consume
+--isolation-level read_committed; e and f also read at read_committed), judged against the oracle's
+read_committed answer from the log bytes alone. Quick: the clean partition through a-h (in the clean-corpus
+test) and TXN_QUICK_MUTANTS of one seed. Long (--fuzz-long): TXN_LONG_SEEDS x TXN_LONG_MUTANTS. Known gap
+(see `hint_trusted`): the engine's read_committed trusts `.txnindex` entries and snapshots below its scan,
+as Kafka's broker does, so a removed or shifted entry, an open transaction erased from a snapshot with its
+CRC fixed, or a marker whose meaning changed behind a good CRC changes what it serves; those outcomes are
+counted and listed, not failed, and `test_txn_known_gap` fails once the engine verifies its hints.
+
 The done-criterion (>= 300 mutants x 6 operations, and the object-store mode): no SILENT_WRONG,
 LOST, MEMORY, BAD_ERROR or HANG. No test here sleeps or races a clock; the timeout only detects hangs.
 """
@@ -37,10 +47,12 @@ LOST, MEMORY, BAD_ERROR or HANG. No test here sleeps or races a clock; the timeo
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
 from tests.fuzz import ops as O
+from tests.fuzz.mutate_txn import mutate_txn
 from tests.fuzz.reference import Rec, partition_views
 from tests.fuzz.runner import FAILURES, S3_OPS, Corpus, ObjectStore, Runner, classify_read, summary_table
 from tools.s3_server import BUCKET
@@ -61,6 +73,25 @@ S3_LONG_MUTANTS = 80
 # (seed, mutant) pairs of the object-store mode that found engine bugs: a last batch whose baseOffset
 # is 2^63-1 read as an empty log with no error; a torn segment object's error without its position
 S3_FOUND = [(1, 6), (1, 10)]
+TXN_QUICK_SEED = 301
+TXN_QUICK_MUTANTS = 12
+TXN_LONG_SEEDS = [1, 2, 3, 4]
+TXN_LONG_MUTANTS = 100
+# (seed, mutant) of the transaction mode the engine gets wrong today (hint_trusted): an entry removed from
+# 00000000000000000272.txnindex, an open transaction erased from the latest snapshot (CRC fixed), a COMMIT
+# marker turned ABORT behind a good CRC below the latest snapshot
+TXN_KNOWN_GAP = [(1, 10), (1, 37), (1, 7)]
+
+
+def hint_trusted(o) -> bool:
+    """A read_committed answer that differs from the log's because the engine used a `.txnindex` entry, a
+    snapshot, or a marker's meaning that the log no longer backs (the damage the txn families make behind
+    intact CRCs): the known gap the module docstring names."""
+    if o.cls != "SILENT_WRONG" or o.op not in ("read_committed", "consume_committed", "recover_ckpt", "recover_full"):
+        return False
+    if o.op.startswith("recover") and "read_committed after reopening" not in o.detail:
+        return False
+    return o.family in ("txnindex", "snapshot") or (o.family == "marker" and o.mutation.endswith("CRC fixed"))
 
 
 def long_mode(config) -> bool:
@@ -79,8 +110,8 @@ def fuzz_runner(fuzz_corpus, tmp_path_factory):
     runner.close()
 
 
-def assert_no_failures(outcomes, what: str):
-    failures = [o for o in outcomes if o.cls in FAILURES]
+def assert_no_failures(outcomes, what: str, *, allow=None):
+    failures = [o for o in outcomes if o.cls in FAILURES and not (allow and allow(o))]
     if not failures:
         return
     shown = "\n".join(o.message() for o in failures[:MAX_MESSAGES])
@@ -102,6 +133,10 @@ def test_oracle_reads_the_clean_corpus_as_written(fuzz_corpus):
         got = [[r.offset, r.digest] for r in views[0].records]
         assert got == part["written"], f"{topic}: the oracle does not read back what was written"
         assert views[0].stop is None, f"{topic}: {views[0].stop}"
+        if part["kind"] == "txn":
+            assert [[r.offset, r.digest] for r in views[0].committed] == part["committed"], "read_committed differs"
+            assert views[0].committed_stop is None and views[0].lso == part["lso"]
+            assert len(part["committed"]) < len(part["written"]), "aborted and open transactions hide records"
         if part["kind"] == "swap":
             assert len(views) == 2, "the .swap leftover gives a post-swap view"
             written = {o: d for o, d in part["written"]}
@@ -124,10 +159,40 @@ def test_harness_detects_a_dropped_or_changed_record(fuzz_corpus):
     assert isinstance(recs[0], Rec)
 
 
+def test_oracle_marker_damage_behind_a_good_crc_changes_the_committed_answer(fuzz_corpus, tmp_path):
+    """A COMMIT turned ABORT (or back) with the CRC fixed: the log's bytes now say otherwise, and so does the
+    oracle; a damaged .txnindex or snapshot leaves its answer as it was (they are hints)."""
+    clean = partition_views(fuzz_corpus.root, "txn")[0]
+    seen = set()
+    for k in range(200):
+        root = tmp_path / f"m{k}"
+        part = fuzz_corpus.copy_partition("txn", str(root))
+        rng = random.Random(f"oracle:{k}")
+        family = ["marker", "txnindex", "snapshot"][k % 3]
+        mut = mutate_txn(rng, part, family=family)
+        view = partition_views(str(root), "txn")[0]
+        same = [r.offset for r in view.committed] == [r.offset for r in clean.committed]
+        if family != "marker":
+            assert same and view.committed_stop is None, mut.desc
+        elif "marker type 1 -> 0" in mut.desc and mut.desc.endswith("CRC fixed"):
+            assert not same and len(view.committed) < len(clean.committed), mut.desc
+            seen.add("commit->abort")
+        elif "marker type 0 -> 1" in mut.desc and mut.desc.endswith("CRC fixed"):
+            assert not same, mut.desc
+            seen.add("abort->commit")
+        elif "marker type" in mut.desc and mut.desc.endswith("CRC fixed") and "-> 0" not in mut.desc:
+            assert view.committed_stop is not None and view.committed_stop.reason.startswith("marker:"), mut.desc
+            seen.add("unknown type")
+        if len(seen) == 3 and k > 30:
+            break
+    assert seen == {"commit->abort", "abort->commit", "unknown type"}, seen
+
+
 def test_clean_corpus_passes_every_operation(fuzz_corpus, fuzz_runner):
     ks = [f"clean:{t}" for t in fuzz_corpus.manifest["partitions"] if t != "bomb"]
     outcomes = fuzz_runner.run(ks, seed=0)
-    assert len(outcomes) == len(ks) * len(O.OPS)
+    txn_ops = len(O.TXN_OPS) - len(O.OPS)
+    assert len(outcomes) == len(ks) * len(O.OPS) + txn_ops * sum(1 for k in ks if k == "clean:txn")
     assert_no_failures(outcomes, "unmutated corpus")
     assert all(o.cls == "OK" for o in outcomes), [(o.k, o.op, o.cls, o.detail) for o in outcomes if o.cls != "OK"]
 
@@ -157,6 +222,41 @@ def test_fuzz_long(fuzz_corpus, tmp_path, request, seed):
     finally:
         runner.close()
     assert_no_failures(outcomes, f"seed {seed}, mutants 0..{LONG_MUTANTS - 1}")
+
+
+@pytest.fixture(scope="session")
+def txn_fuzz_runner(fuzz_corpus, tmp_path_factory):
+    runner = Runner(fuzz_corpus, seed=0, work=str(tmp_path_factory.mktemp("fuzz-txn")), jobs=JOBS, txn=True)
+    yield runner
+    runner.close()
+
+
+def test_txn_fuzz_quick(txn_fuzz_runner):
+    outcomes = txn_fuzz_runner.run(range(TXN_QUICK_MUTANTS), seed=TXN_QUICK_SEED)
+    assert len(outcomes) == TXN_QUICK_MUTANTS * len(O.TXN_OPS)
+    assert_no_failures(outcomes, f"txn seed {TXN_QUICK_SEED}", allow=hint_trusted)
+
+
+@pytest.mark.xfail(strict=True, reason="read_committed trusts .txnindex entries and snapshots (hint_trusted)")
+@pytest.mark.parametrize("seed,k", TXN_KNOWN_GAP)
+def test_txn_known_gap(txn_fuzz_runner, seed, k):
+    outcomes = txn_fuzz_runner.run([k], seed=seed, ops=["read_committed"])
+    assert_no_failures(outcomes, f"txn seed {seed}, mutant {k}")
+
+
+@pytest.mark.fuzz_long
+@pytest.mark.parametrize("seed", TXN_LONG_SEEDS)
+def test_txn_fuzz_long(fuzz_corpus, tmp_path, request, seed):
+    if not long_mode(request.config):
+        pytest.skip("long fuzzing: pass --fuzz-long or set KAFKALOG_FUZZ_LONG=1")
+    runner = Runner(fuzz_corpus, seed=seed, work=str(tmp_path), jobs=JOBS, txn=True)
+    try:
+        outcomes = runner.run(range(TXN_LONG_MUTANTS), seed=seed)
+    finally:
+        runner.close()
+    gaps = [o for o in outcomes if hint_trusted(o)]
+    print(f"txn seed {seed}: {len(gaps)} outcome(s) of the known gap (hint_trusted)\n{summary_table(outcomes)}")
+    assert_no_failures(outcomes, f"txn seed {seed}, mutants 0..{TXN_LONG_MUTANTS - 1}", allow=hint_trusted)
 
 
 @pytest.fixture(scope="session")
