@@ -32,15 +32,16 @@ from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
-from .producer_state import ProducerStateManager
 from .segment_swap import complete_pending_swaps
 from .topic_partition import TopicPartition
+from .transactions.producer_state_manager import ProducerStateManager
 from .transactions.transaction_coordinator import (
     ABORT,
     ABORT_DECISION_RETENTION_MS,
     delete_decision,
     list_decisions,
 )
+from .transactions.writer_state import find_marker
 
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
 
@@ -364,7 +365,7 @@ def _marker_written(lm: LogManager, tp: TopicPartition, writer_id: int, first: i
         with lm.open_log(tp) as log:
             if first < log.log_start_offset:
                 return True
-            return ProducerStateManager._find_marker(log, writer_id, first) is not None
+            return find_marker(log, writer_id, first) is not None
     except UnknownTopicOrPartitionError:
         return True
 

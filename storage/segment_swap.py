@@ -40,7 +40,7 @@ from .file_records import check_headers, crc_failures
 from .fs.filesystem import LogFileSystem
 from .log_segment import LogSegment, segment_settings
 from .objects.immutable_segment import rebuild_indexes
-from .producer_state import ObjectProducerStateManager
+from .objects.object_producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (
     CLEANED_FILE_SUFFIX,
