@@ -70,6 +70,7 @@ class PartitionReport:
     errors: list[str] = field(default_factory=list)
     skipped: bool = False  # no partition directory yet: nothing to maintain
     transactions_resolved: list[str] = field(default_factory=list)  # sink transactions ended (timed out)
+    txn_files_removed: int = 0  # object stores: dead writers' transaction files removed
 
     def line(self) -> str:
         if self.skipped:
@@ -88,6 +89,8 @@ class PartitionReport:
             what.append(f"{self.swaps_completed} interrupted swap(s) completed")
         if self.files_removed:
             what.append(f"{self.files_removed} .deleted file(s) removed")
+        if self.txn_files_removed:
+            what.append(f"{self.txn_files_removed} dead writer transaction file(s) removed")
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
@@ -216,9 +219,11 @@ def _maintain_objects(
         rep.errors.append(f"open: {type(e).__name__}: {e}")
         return
     rep.bytes_before = rep.bytes_after = log.size
-    try:  # sink transactions left open past their timeout are aborted (so they stop holding the LSO)
+    try:  # sink transactions left open past their timeout are aborted (so they stop holding the LSO), then the
+        # transaction files of writers gone for good are removed
         with lm.open_log(tp, writable=True) as wlog:
             rep.transactions_resolved = wlog.producer_state.resolve_pending(wlog, now_ms=now)
+            rep.txn_files_removed = len(wlog.producer_state.expire_transaction_files(now))
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"transactions: {type(e).__name__}: {e}")
     try:

@@ -25,6 +25,7 @@ from ..records.record_batch import (
 )
 from ..transactions.transaction_coordinator import (
     ABORT,
+    ABORT_DECISION_RETENTION_MS,
     COMMIT,
     COMMIT_MARKER,
     MARKER_TYPES,
@@ -59,8 +60,22 @@ TXN_FILE_PREFIX = "kafkalog-txn-"  # + writer id + ".json": a writer's open sink
 TXN_FILE_VERSION = 1
 
 
+# a writer's transaction file outlives its last transaction here by this much before the maintenance job removes
+# it: past the abort decisions' retention, that transaction can neither be committed (COMMIT_HORIZON_MS) nor
+# found aborted by its decision, so the file ties nothing to anything any more
+TXN_FILE_RETENTION_MS = ABORT_DECISION_RETENTION_MS
+
+
 def txn_file_name(writer_id: int) -> str:
     return f"{TXN_FILE_PREFIX}{writer_id}.json"
+
+
+def txn_file_writer(name: str) -> int | None:
+    """The writer id a partition file's name says it is the transaction file of, or None."""
+    if not (name.startswith(TXN_FILE_PREFIX) and name.endswith(".json")):
+        return None
+    digits = name[len(TXN_FILE_PREFIX) : -len(".json")]
+    return int(digits) if digits.isdigit() and len(digits) <= 19 else None
 
 
 @dataclass(frozen=True)
@@ -334,6 +349,37 @@ class ObjectProducerStateManager(WriterState):
             writers = {int(w): tuple(e) for w, e in doc["writers"].items() if int(w) != writer_id}
             self._write_hint(writers, doc["asOf"], self.segments)
         self.fs.delete(self.txn_path(writer_id), missing_ok=True)
+
+    def expire_transaction_files(self, now_ms: int) -> list[str]:
+        """Delete the transaction files of writers gone for good (the maintenance job's duty); returns them.
+
+        A file goes once its writer holds no open transaction in this partition and the transaction it names
+        began more than TXN_FILE_RETENTION_MS before `now_ms` (by the writer's clock, which stamped it). A live
+        writer rewrites its file at every transaction it begins here, so its file is never that old; one that
+        stops writing this partition (or dies) leaves a file that goes after the retention. A damaged file is
+        kept, with a warning. The check and the delete are two requests: a writer that begins a transaction here
+        in between, after TXN_FILE_RETENTION_MS of silence, loses its file, and if it then dies before its
+        decision its open transaction stays open (logged by every opener) until the file is rewritten."""
+        _, open_ = self.transactions()
+        gone = []
+        self.fs.invalidate_listings(self.log.dir)
+        for f in self.fs.listdir(self.log.dir):
+            wid = txn_file_writer(f.name)
+            if f.is_dir or wid is None or wid in open_:
+                continue
+            path = self.txn_path(wid)
+            try:
+                got = self.read_txn_file(wid)
+                if got is None or now_ms - got[2].started_ms <= TXN_FILE_RETENTION_MS:
+                    continue
+            except KafkaStorageError as e:
+                logger.warning("%s kept: %s", self.fs.url(path), e)
+                continue
+            self.fs.delete(path, missing_ok=True)
+            gone.append(path)
+        if gone:
+            logger.info("%s: removed %d dead writer(s)' transaction files", self.fs.url(self.log.dir), len(gone))
+        return gone
 
     def pending_transactions(self) -> list[PendingTransaction]:
         """The transactions open in this partition (transactional data with no marker of its writer after
