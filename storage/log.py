@@ -597,6 +597,11 @@ class Log:
             self._txn_state = state = TransactionState.load(self, self._next_offset, from_log_start=True)
             return state.rebuilt.get(seg.base_offset, np.empty(0, ABORTED_TXN_DTYPE))
 
+    def segment_aborted_txns(self, seg: LogSegment) -> np.ndarray:
+        """The aborted transactions whose ABORT marker is in `seg` (ABORTED_TXN_DTYPE rows): its `.txnindex`, or
+        what the log holds where that is missing or bad. What a rewrite of the segment must carry over."""
+        return self._aborted_entries(seg)
+
     def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
         Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,

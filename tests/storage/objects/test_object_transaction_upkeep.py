@@ -1,0 +1,174 @@
+"""Transactions through the upkeep of object-store logs.
+
+- Merges and compaction: the swap publishes the output's `.txnindex` (when it has entries) and deletes the
+  replaced segments' ones, as it does for `.index` and `.timeindex`; a read_committed reader over the result
+  gives what Kafka's consumer rule gives over the objects (kafka-python's parse,
+  tests/helpers/kafka_reference.kp_committed), and each `.txnindex` holds exactly the aborted transactions
+  whose ABORT marker is in its segment (brute force over the parsed batches).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from storage.common.time import SYSTEM_TIME, MockTime
+from storage.log_maintenance import run_once
+from storage.log_manager import LogManager
+from storage.objects.object_store import ObjectStoreFileSystem
+from storage.records.record_batch import CompressionType
+from storage.staging import staged_commit as sc
+from storage.staging.record_stager import RecordStager
+from storage.staging.staged_commit import commit_staged
+from storage.topic_partition import TopicPartition, parse_segment_file
+from storage.transactions.transaction_index import ABORTED_TXN_DTYPE
+from tests.helpers.kafka_reference import kp_committed, kp_parse
+
+TP = TopicPartition("t", 0)
+T0 = SYSTEM_TIME.milliseconds()
+TIMEOUT = 60_000
+FAST = {"kafkalog.segment.merge.min.age.ms": "0"}
+LIVE, DIES = 21, 22
+
+
+def make(request, config) -> LogManager:
+    if request.param == "s3":
+        root, opts = request.getfixturevalue("s3_root")
+        lm = LogManager(root, opts)
+    else:
+        lm = LogManager(f"/obj-{uuid.uuid4().hex}", fs=ObjectStoreFileSystem(fsspec.filesystem("memory")))
+    lm.create_topic("t", 1, {"retention.ms": "-1", **config})
+    return lm
+
+
+def commit(lm, writer, batch, clock, keys) -> None:
+    st = RecordStager(lm, writer, topic="t", compression=CompressionType.NONE)
+    st.add(
+        pa.table(
+            {
+                "key": pa.array([b"k%d" % k for k in keys], pa.binary()),
+                "value": pa.array([b"w%d-b%d-%d" % (writer, batch, i) for i in range(len(keys))], pa.binary()),
+                "partition": pa.array([0] * len(keys), pa.int32()),
+            }
+        )
+    )
+    commit_staged(lm, writer, batch, [st.finish()], transactional=True, transaction_timeout_ms=TIMEOUT, time=clock)
+
+
+def aborted(lm, monkeypatch, batch, clock, keys) -> None:
+    """A transaction whose writer dies before its decision, aborted past its timeout: an ABORT marker
+    object and its one-entry `.txnindex` object."""
+    with monkeypatch.context() as m:
+        m.setattr(sc, "decide", _die)
+        with pytest.raises(RuntimeError):
+            commit(lm, DIES, batch, clock, keys)
+    with lm.open_log(TP, writable=True) as log:
+        (line,) = log.producer_state.resolve_pending(log, now_ms=clock.milliseconds() + TIMEOUT + 1)
+        assert line.startswith("aborted")
+
+
+def build(lm, monkeypatch) -> None:
+    clock = MockTime(T0)
+    for b in range(4):
+        commit(lm, LIVE, b, clock, [b % 3, (b + 1) % 3])
+        aborted(lm, monkeypatch, b, clock, [(b + 2) % 3, 5])
+    commit(lm, LIVE, 4, clock, [0, 1])  # the last segment object: never rewritten
+
+
+def segment_objects(lm) -> dict[int, dict[str, bytes]]:
+    """base -> {suffix: bytes} of the live objects (no .swap left; .deleted twins skipped)."""
+    d = lm.partition_dir(TP)
+    lm.fs.invalidate_listings(d)
+    out: dict[int, dict[str, bytes]] = {}
+    for f in lm.fs.listdir(d):
+        p = parse_segment_file(f.name)
+        if p is None:
+            continue
+        assert p.extra in ("", ".deleted"), f"leftover {f.name}"
+        if not p.extra:
+            out.setdefault(p.base_offset, {})[p.suffix] = lm.fs.read(lm.fs.join(d, f.name))
+    return dict(sorted(out.items()))
+
+
+def aborts_by_marker(batches) -> list[tuple[int, int, int]]:
+    """(producerId, first offset, ABORT marker offset) of each aborted transaction, by brute force: a producer's
+    transaction begins at its first transactional batch after its previous marker (-1: none left)."""
+    first: dict[int, int] = {}
+    out = []
+    for b in batches:
+        pid = b["producer_id"]
+        if b["is_control"]:
+            start = first.pop(pid, -1)
+            if int.from_bytes(b["records"][0][2][2:4], "big") == 0:
+                out.append((pid, start, b["base_offset"]))
+        elif b["is_transactional"]:
+            first.setdefault(pid, b["base_offset"])
+    return out
+
+
+def check(lm, *, exact_entries: bool) -> list[int]:
+    objs = segment_objects(lm)
+    batches = []
+    for base, files in objs.items():
+        assert set(files) - {".txnindex"} == {".log", ".index", ".timeindex"}, (base, sorted(files))
+        batches += kp_parse(files[".log"])
+    ends = list(objs)[1:] + [batches[-1]["last_offset"] + 1]
+    for (base, files), end in zip(objs.items(), ends, strict=True):
+        rows = np.frombuffer(files.get(".txnindex", b""), ABORTED_TXN_DTYPE)
+        assert ".txnindex" not in files or len(rows), f"empty .txnindex object at {base}"
+        got = [(int(r["producer_id"]), int(r["first_offset"]), int(r["last_offset"])) for r in rows]
+        want = [a for a in aborts_by_marker(batches) if base <= a[2] < end]
+        if exact_entries:
+            assert got == want, base
+        else:  # compaction keeps the entries of the ABORT markers it keeps while their data was there to read
+            assert {(p, last) for p, _, last in got} <= {(p, last) for p, _, last in want}, base
+    model, still_open = kp_committed(batches)
+    assert still_open == []
+    with lm.open_log(TP) as log:
+        t = pa.Table.from_batches(list(log.read_records(0, isolation_level="read_committed")))
+        ours = sorted(zip(t.column("offset").to_pylist(), t.column("value").to_pylist(), strict=True))
+    assert ours == sorted((r[0], r[3]) for r in model)
+    return list(objs)
+
+
+@pytest.fixture(params=["memory", "s3"])
+def merge_lm(request):
+    return make(request, {})
+
+
+@pytest.fixture(params=["memory", "s3"])
+def compact_lm(request):
+    return make(request, {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"})
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_merge_publishes_the_outputs_txnindex_and_deletes_the_replaced_ones(merge_lm, monkeypatch, lost):
+    """`lost`: one source's `.txnindex` object is gone (a crash right after its ABORT marker): the output's
+    still holds that transaction, taken from the log."""
+    lm = merge_lm
+    build(lm, monkeypatch)
+    before = check(lm, exact_entries=True)
+    assert len(before) == 18  # 4 x (data, COMMIT marker, data, ABORT marker) + the last commit's two
+    if lost:
+        lm.fs.delete(lm.fs.join(lm.partition_dir(TP), f"{before[3]:020d}.txnindex"))
+    now = T0 + 10 * TIMEOUT
+    reps = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
+    assert not reps[0].errors and reps[0].merged_groups == 1 and reps[0].merged_segments == 17
+    assert check(lm, exact_entries=True) == [0, before[-1]]
+
+
+def test_compaction_publishes_the_outputs_txnindex_and_deletes_the_replaced_ones(compact_lm, monkeypatch):
+    lm = compact_lm
+    build(lm, monkeypatch)
+    now = T0 + 10 * TIMEOUT
+    reps = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
+    assert not reps[0].errors and reps[0].cleaned
+    check(lm, exact_entries=False)
+
+
+def _die(*a, **kw):
+    raise RuntimeError("injected: the writer dies here")
