@@ -539,7 +539,9 @@ class Log:
 
     def _rewrite_txn_indexes(self, state: TransactionState) -> None:
         """A writer puts the aborted transactions the state found in place of each missing or bad `.txnindex`
-        (Kafka's loader rebuilds it on recovery); a reader only uses them."""
+        (Kafka's loader rebuilds it on recovery); a reader only uses them. On immutable segments the index is
+        one whole object, made with a create-only write (another writer's rebuild, made first, holds the
+        same entries), and none when there are no entries."""
         if not self.writable or self.closed:
             return
         from .transactions.transaction_index import entries_to_txns
@@ -551,6 +553,12 @@ class Log:
             index = self.txn_index(seg)
             if self.fs.exists(index.path):
                 self.fs.delete_many([index.path])  # a bad file is not read again, only replaced
+            if self.immutable:
+                self._txn_indexes.pop(seg.base_offset, None)
+                if len(rebuilt):
+                    self.fs.create_exclusive(index.path, rebuilt.astype(ABORTED_TXN_DTYPE).tobytes())
+                    log.info("rebuilt transaction index %s (%d entries)", self.fs.url(index.path), len(rebuilt))
+                continue
             index = self._txn_indexes[seg.base_offset] = TransactionIndex(self.fs, index.path, seg.base_offset)
             for txn in entries_to_txns(rebuilt):
                 index.append(txn)

@@ -5,6 +5,7 @@
   gives what Kafka's consumer rule gives over the objects (kafka-python's parse,
   tests/helpers/kafka_reference.kp_committed), and each `.txnindex` holds exactly the aborted transactions
   whose ABORT marker is in its segment (brute force over the parsed batches).
+- A writable Log rewrites a lost `.txnindex` object (create-only); a reader only reads around it.
 """
 
 from __future__ import annotations
@@ -168,6 +169,28 @@ def test_compaction_publishes_the_outputs_txnindex_and_deletes_the_replaced_ones
     reps = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
     assert not reps[0].errors and reps[0].cleaned
     check(lm, exact_entries=False)
+
+
+@pytest.fixture(params=["memory", "s3"])
+def plain_lm(request):
+    return make(request, {})
+
+
+def test_a_writable_log_rewrites_a_lost_txnindex_object_a_reader_does_not(plain_lm, monkeypatch):
+    lm = plain_lm
+    build(lm, monkeypatch)
+    before = segment_objects(lm)
+    lost = [b for b, f in before.items() if ".txnindex" in f][1:3]
+    for b in lost:
+        lm.fs.delete(lm.fs.join(lm.partition_dir(TP), f"{b:020d}.txnindex"))
+    with lm.open_log(TP) as log:  # a reader takes the aborts from the log, writes nothing
+        assert log.last_stable_offset == log.log_end_offset
+    assert all(".txnindex" not in segment_objects(lm)[b] for b in lost)
+    check(lm, exact_entries=False)  # read_committed is right without them
+    with lm.open_log(TP, writable=True) as log:
+        assert log.last_stable_offset == log.log_end_offset
+    assert segment_objects(lm) == before  # the same bytes as the ABORT's own index object
+    check(lm, exact_entries=True)
 
 
 def _die(*a, **kw):
