@@ -6,6 +6,7 @@
   tests/helpers/kafka_reference.kp_committed), and each `.txnindex` holds exactly the aborted transactions
   whose ABORT marker is in its segment (brute force over the parsed batches).
 - A writable Log rewrites a lost `.txnindex` object (create-only); a reader only reads around it.
+- The cleaner's aborted-transaction list over a range is capped (an injected small cap here).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import storage.cleaner.transaction_metadata as transaction_metadata
+from storage.cleaner.transaction_metadata import collect_aborted_txns
 from storage.common.time import SYSTEM_TIME, MockTime
+from storage.errors import TooManyAbortedTransactionsError
 from storage.log_maintenance import run_once
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
@@ -191,6 +195,22 @@ def test_a_writable_log_rewrites_a_lost_txnindex_object_a_reader_does_not(plain_
         assert log.last_stable_offset == log.log_end_offset
     assert segment_objects(lm) == before  # the same bytes as the ABORT's own index object
     check(lm, exact_entries=True)
+
+
+def test_the_cleaners_aborted_transactions_over_a_range_are_capped(compact_lm, monkeypatch):
+    lm = compact_lm
+    build(lm, monkeypatch)  # 4 aborted transactions, one `.txnindex` object each
+    with lm.open_log(TP) as log:
+        end = log.log_end_offset
+        assert len(collect_aborted_txns(log, 0, end, max_entries=4)) == 4
+        with pytest.raises(
+            TooManyAbortedTransactionsError, match=rf"partition t-0: more than 3 .* offsets 0\.\.{end - 1}"
+        ):
+            collect_aborted_txns(log, 0, end, max_entries=3)
+    monkeypatch.setattr(transaction_metadata, "MAX_CLEANER_ABORTED_TXNS", 3)
+    now = T0 + 10 * TIMEOUT
+    (rep,) = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
+    assert not rep.cleaned and any("more than 3 aborted transactions" in e for e in rep.errors), rep.errors
 
 
 def _die(*a, **kw):
