@@ -32,6 +32,7 @@ from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
+from .objects.object_snapshots import delete_snapshots_below_start, snapshot_merged_segments
 from .segment_swap import complete_pending_swaps
 from .topic_partition import TopicPartition
 from .transactions.producer_state_manager import ProducerStateManager
@@ -71,6 +72,7 @@ class PartitionReport:
     skipped: bool = False  # no partition directory yet: nothing to maintain
     transactions_resolved: list[str] = field(default_factory=list)  # sink transactions ended (timed out)
     txn_files_removed: int = 0  # object stores: dead writers' transaction files removed
+    snapshots_written: int = 0  # object stores: producer snapshots at merged segments' bases
 
     def line(self) -> str:
         if self.skipped:
@@ -91,6 +93,8 @@ class PartitionReport:
             what.append(f"{self.files_removed} .deleted file(s) removed")
         if self.txn_files_removed:
             what.append(f"{self.txn_files_removed} dead writer transaction file(s) removed")
+        if self.snapshots_written:
+            what.append(f"{self.snapshots_written} producer snapshot(s) written")
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
@@ -242,15 +246,23 @@ def _maintain_objects(
         if isinstance(c.exception, MaintenanceLeaseError):
             raise c.exception
         _record_cleaning(c, rep)
+    merged_bases: list[int] = []
     try:
         with lm.open_log(tp) as log:
             m = merge_small_segments(log, now_ms=now, min_age_ms=cc.merge_min_age_ms, check=lease.check)
+        merged_bases = [g[0] for g in m.groups]
         rep.merged_groups = len(m.groups)
         rep.merged_segments = sum(len(g[1]) for g in m.groups)
     except MaintenanceLeaseError:
         raise
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"merge: {type(e).__name__}: {e}")
+    try:  # producer snapshots, as Kafka's at each roll: a reader's transaction state starts from the latest
+        with lm.open_log(tp) as log:  # (a fresh Log: the merge's has its transaction state of the old segments)
+            rep.snapshots_written = len(snapshot_merged_segments(log, merged_bases))
+            delete_snapshots_below_start(log)
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"producer snapshots: {type(e).__name__}: {e}")
     _record_after(lm, tp, rep)
 
 

@@ -7,10 +7,14 @@
   whose ABORT marker is in its segment (brute force over the parsed batches).
 - A writable Log rewrites a lost `.txnindex` object (create-only); a reader only reads around it.
 - The cleaner's aborted-transaction list over a range is capped (an injected small cap here).
+- The maintenance job writes a Kafka-format producer snapshot at each merged segment's base (its entries against
+  a brute-force model of Kafka's ProducerStateEntry rules over the parsed batches), a reader's transaction state
+  starts there, and snapshots below the log start go.
 """
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import fsspec
@@ -30,7 +34,9 @@ from storage.staging import staged_commit as sc
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition, parse_segment_file
+from storage.transactions.producer_snapshot import list_snapshots, read_snapshot
 from storage.transactions.transaction_index import ABORTED_TXN_DTYPE
+from storage.transactions.transaction_state import TransactionState
 from tests.helpers.kafka_reference import kp_committed, kp_parse
 
 TP = TopicPartition("t", 0)
@@ -91,7 +97,7 @@ def segment_objects(lm) -> dict[int, dict[str, bytes]]:
     out: dict[int, dict[str, bytes]] = {}
     for f in lm.fs.listdir(d):
         p = parse_segment_file(f.name)
-        if p is None:
+        if p is None or p.suffix == ".snapshot":  # a producer snapshot belongs to no segment
             continue
         assert p.extra in ("", ".deleted"), f"leftover {f.name}"
         if not p.extra:
@@ -211,6 +217,56 @@ def test_the_cleaners_aborted_transactions_over_a_range_are_capped(compact_lm, m
     now = T0 + 10 * TIMEOUT
     (rep,) = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
     assert not rep.cleaned and any("more than 3 aborted transactions" in e for e in rep.errors), rep.errors
+
+
+def producer_model(lm, below: int) -> list[tuple]:
+    """Kafka's ProducerStateEntry per producer id after the batches below `below` (ProducerAppendInfo.append),
+    by brute force over kafka-python's parse plus the header fields it does not give (epoch, baseSequence)."""
+    entries: dict[int, list[int]] = {}
+    for files in segment_objects(lm).values():
+        raw = files[".log"]
+        for b in kp_parse(raw):
+            pid = b["producer_id"]
+            if b["base_offset"] >= below or pid < 0:
+                continue
+            epoch, base_seq = struct.unpack_from(">hi", raw, b["position"] + 51)
+            e = entries.setdefault(pid, [pid, -1, -1, -1, 0, -1, -1, -1])
+            if b["is_control"]:  # same epoch: the batch metadata stays; the marker's timestamp, no open txn
+                e[1], e[5], e[6], e[7] = epoch, b["records"][0][1], struct.unpack(">hi", b["records"][0][3])[1], -1
+            else:
+                delta = b["last_offset"] - b["base_offset"]
+                e[1:6] = [epoch, base_seq + delta, b["last_offset"], delta, b["max_timestamp"]]
+                if b["is_transactional"] and e[7] < 0:
+                    e[7] = b["base_offset"]
+    return [tuple(e) for _, e in sorted(entries.items())]
+
+
+@pytest.fixture(params=["memory", "s3"])
+def small_lm(request):
+    return make(request, {"segment.bytes": "400"})  # a merge makes several groups
+
+
+def test_the_job_writes_producer_snapshots_at_merged_bases_and_drops_those_below_the_start(small_lm, monkeypatch):
+    lm = small_lm
+    build(lm, monkeypatch)
+    now = T0 + 10 * TIMEOUT
+    (rep,) = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
+    assert not rep.errors and rep.merged_groups >= 3, rep.line()
+    bases = list(segment_objects(lm))
+    snaps = list_snapshots(lm.fs, lm.partition_dir(TP))
+    # one at each merged segment's base but the first (offset 0: no producer before it)
+    assert rep.snapshots_written == len(snaps) == rep.merged_groups - 1
+    assert all(s.offset in bases for s in snaps)
+    for s in snaps:
+        got = [tuple(int(v) for v in row) for row in read_snapshot(lm.fs, s.path).tolist()]
+        assert got == producer_model(lm, s.offset), s.offset
+    with lm.open_log(TP) as log:
+        state = TransactionState.load(log, log.log_end_offset)
+        assert state.scan_start == snaps[-1].offset and state.ongoing == {}
+    check(lm, exact_entries=True)
+    lm.delete_records(TP, snaps[-1].offset)  # the log start passes every snapshot but the last
+    (rep,) = run_once(lm.root, fs=lm.fs, now_ms=now, cleaner_settings=FAST, clock=lambda: now)
+    assert not rep.errors and list_snapshots(lm.fs, lm.partition_dir(TP)) == snaps[-1:]
 
 
 def _die(*a, **kw):
