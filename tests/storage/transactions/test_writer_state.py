@@ -26,9 +26,10 @@ from storage.transactions.writer_state import WriterState, find_marker
 
 TP = TopicPartition("t", 0)
 W = 7
-# the system clock's now: a writable open of a local log ends transactions past their timeout by the system clock
+# a writable open of a local log ends transactions past their timeout by the system clock: T0 is its now, and
+# the timeout far longer than any test run, so only the explicit resolve_pending calls below end one
 T0 = SYSTEM_TIME.milliseconds()
-TIMEOUT = 60_000
+TIMEOUT = 30 * 24 * 3600 * 1000
 
 
 def manager(kind: str, tmp_path) -> LogManager:
