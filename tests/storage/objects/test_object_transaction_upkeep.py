@@ -33,10 +33,11 @@ from storage.records.record_batch import CompressionType
 from storage.staging import staged_commit as sc
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
-from storage.topic_partition import TopicPartition, parse_segment_file
+from storage.topic_partition import TopicPartition
 from storage.transactions.producer_snapshot import list_snapshots, read_snapshot
 from storage.transactions.transaction_index import ABORTED_TXN_DTYPE
 from storage.transactions.transaction_state import TransactionState
+from tests.helpers.index_checks import live_files
 from tests.helpers.kafka_reference import kp_committed, kp_parse
 
 TP = TopicPartition("t", 0)
@@ -91,18 +92,10 @@ def build(lm, monkeypatch) -> None:
 
 
 def segment_objects(lm) -> dict[int, dict[str, bytes]]:
-    """base -> {suffix: bytes} of the live objects (no .swap left; .deleted twins skipped)."""
-    d = lm.partition_dir(TP)
-    lm.fs.invalidate_listings(d)
-    out: dict[int, dict[str, bytes]] = {}
-    for f in lm.fs.listdir(d):
-        p = parse_segment_file(f.name)
-        if p is None or p.suffix == ".snapshot":  # a producer snapshot belongs to no segment
-            continue
-        assert p.extra in ("", ".deleted"), f"leftover {f.name}"
-        if not p.extra:
-            out.setdefault(p.base_offset, {})[p.suffix] = lm.fs.read(lm.fs.join(d, f.name))
-    return dict(sorted(out.items()))
+    """base -> {suffix: bytes} of the live objects, from a fresh listing (no .swap left; .deleted twins and
+    producer snapshots skipped)."""
+    lm.fs.invalidate_listings(lm.partition_dir(TP))
+    return live_files(lm, TP)
 
 
 def aborts_by_marker(batches) -> list[tuple[int, int, int]]:
