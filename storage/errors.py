@@ -149,6 +149,11 @@ class TooManyProducersError(KafkaStorageError):
     """A partition holds more open transactions than a reader tracks (transaction_state.MAX_OPEN_TRANSACTIONS)."""
 
 
+class TooManyAbortedTransactionsError(KafkaStorageError):
+    """A cleaning's range holds more aborted transactions than the cleaner keeps in memory
+    (transaction_metadata.MAX_CLEANER_ABORTED_TXNS); names the partition and the range."""
+
+
 class TransactionAbortedError(KafkaStorageError):
     """A sink transaction lost its decision: another opener aborted it first (Kafka's
     TransactionAbortedException); its data is kept behind ABORT markers and the batch may be replayed."""

@@ -416,20 +416,22 @@ class Log:
         self._last_flush_ms = SYSTEM_TIME.milliseconds()
 
     def close(self) -> None:
+        """Flush, snapshot (when due) and checkpoint a writer's work, close the files; the lock goes in every
+        case, as it would with the process (a failed close leaves what a crash there leaves)."""
         if self.closed:
             return
-        if self.writable:
-            self._appender.close()
-            self.flush()
-            if not self._appender.lost_race and self._close_snapshot_due():
-                self._take_producer_snapshot(self._next_offset)  # Kafka's snapshot at a clean close
-        for seg in self._segments:
-            seg.close()
-        self.closed = True
-        # without recovery the recovery point is not worth a checkpoint write; the log start offset
-        # still is, when it moved
-        record = self._appender.needs_recovery_point or self.log_start_offset != self._opened_log_start
         try:
+            if self.writable:
+                self._appender.close()
+                self.flush()
+                if not self._appender.lost_race and self._close_snapshot_due():
+                    self._take_producer_snapshot(self._next_offset)  # Kafka's snapshot at a clean close
+            for seg in self._segments:
+                seg.close()
+            self.closed = True
+            # without recovery the recovery point is not worth a checkpoint write; the log start offset
+            # still is, when it moved
+            record = self._appender.needs_recovery_point or self.log_start_offset != self._opened_log_start
             if self.writable and record and not self._appender.lost_race:
                 self.record_checkpoints()
         finally:
@@ -541,6 +543,11 @@ class Log:
     def txn_index(self, seg: LogSegment) -> TransactionIndex:
         """The `.txnindex` of a segment of this log (opened once; read on first use)."""
         return self._transactions.txn_index(seg)
+
+    def segment_aborted_txns(self, seg: LogSegment) -> np.ndarray:
+        """The aborted transactions whose ABORT marker is in `seg` (ABORTED_TXN_DTYPE rows): its `.txnindex`, or
+        what the log holds where that is missing or bad. What a rewrite of the segment must carry over."""
+        return self._transactions.segment_aborted_txns(seg, self._next_offset)
 
     def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset)

@@ -36,7 +36,7 @@ from .objects.immutable_segment import (
     next_offset_of,
     rebuild_indexes,
 )
-from .producer_state import producer_state_for
+from .objects.object_producer_state import ObjectProducerStateManager
 from .segment_swap import LocalSwapPlan, cleaner_output_lock, object_swap_last_offset, plan_local_swaps
 from .topic_partition import (
     CLEANED_FILE_SUFFIX,
@@ -49,10 +49,20 @@ from .topic_partition import (
     parse_segment_file,
     segment_file_name,
 )
+from .transactions.producer_state_manager import ProducerStateManager
+from .transactions.writer_state import WriterState
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+
+
+def producer_state_for(wlog: Log) -> WriterState:
+    """The writer state of a writable log: the lock-protected state file, or, for immutable segments
+    (no append or no locks), the state the committed batches carry."""
+    if wlog.immutable:
+        return ObjectProducerStateManager(wlog)
+    return ProducerStateManager(wlog.fs, wlog.dir)
 
 
 @dataclass

@@ -32,15 +32,17 @@ from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
-from .producer_state import ProducerStateManager
+from .objects.object_snapshots import delete_snapshots_below_start, snapshot_merged_segments
 from .segment_swap import complete_pending_swaps
 from .topic_partition import TopicPartition
+from .transactions.producer_state_manager import ProducerStateManager
 from .transactions.transaction_coordinator import (
     ABORT,
     ABORT_DECISION_RETENTION_MS,
     delete_decision,
     list_decisions,
 )
+from .transactions.writer_state import find_marker
 
 DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
 
@@ -69,6 +71,8 @@ class PartitionReport:
     errors: list[str] = field(default_factory=list)
     skipped: bool = False  # no partition directory yet: nothing to maintain
     transactions_resolved: list[str] = field(default_factory=list)  # sink transactions ended (timed out)
+    txn_files_removed: int = 0  # object stores: dead writers' transaction files removed
+    snapshots_written: int = 0  # object stores: producer snapshots at merged segments' bases
 
     def line(self) -> str:
         if self.skipped:
@@ -87,6 +91,10 @@ class PartitionReport:
             what.append(f"{self.swaps_completed} interrupted swap(s) completed")
         if self.files_removed:
             what.append(f"{self.files_removed} .deleted file(s) removed")
+        if self.txn_files_removed:
+            what.append(f"{self.txn_files_removed} dead writer transaction file(s) removed")
+        if self.snapshots_written:
+            what.append(f"{self.snapshots_written} producer snapshot(s) written")
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
@@ -215,9 +223,11 @@ def _maintain_objects(
         rep.errors.append(f"open: {type(e).__name__}: {e}")
         return
     rep.bytes_before = rep.bytes_after = log.size
-    try:  # sink transactions left open past their timeout are aborted (so they stop holding the LSO)
+    try:  # sink transactions left open past their timeout are aborted (so they stop holding the LSO), then the
+        # transaction files of writers gone for good are removed
         with lm.open_log(tp, writable=True) as wlog:
             rep.transactions_resolved = wlog.producer_state.resolve_pending(wlog, now_ms=now)
+            rep.txn_files_removed = len(wlog.producer_state.expire_transaction_files(now))
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"transactions: {type(e).__name__}: {e}")
     try:
@@ -236,15 +246,23 @@ def _maintain_objects(
         if isinstance(c.exception, MaintenanceLeaseError):
             raise c.exception
         _record_cleaning(c, rep)
+    merged_bases: list[int] = []
     try:
         with lm.open_log(tp) as log:
             m = merge_small_segments(log, now_ms=now, min_age_ms=cc.merge_min_age_ms, check=lease.check)
+        merged_bases = [g[0] for g in m.groups]
         rep.merged_groups = len(m.groups)
         rep.merged_segments = sum(len(g[1]) for g in m.groups)
     except MaintenanceLeaseError:
         raise
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"merge: {type(e).__name__}: {e}")
+    try:  # producer snapshots, as Kafka's at each roll: a reader's transaction state starts from the latest
+        with lm.open_log(tp) as log:  # (a fresh Log: the merge's has its transaction state of the old segments)
+            rep.snapshots_written = len(snapshot_merged_segments(log, merged_bases))
+            delete_snapshots_below_start(log)
+    except Exception as e:  # noqa: BLE001
+        rep.errors.append(f"producer snapshots: {type(e).__name__}: {e}")
     _record_after(lm, tp, rep)
 
 
@@ -364,7 +382,7 @@ def _marker_written(lm: LogManager, tp: TopicPartition, writer_id: int, first: i
         with lm.open_log(tp) as log:
             if first < log.log_start_offset:
                 return True
-            return ProducerStateManager._find_marker(log, writer_id, first) is not None
+            return find_marker(log, writer_id, first) is not None
     except UnknownTopicOrPartitionError:
         return True
 

@@ -9,15 +9,17 @@ that is gone; the swap refuses to start unless every output file is there, whole
 
 Object stores, with create-only writes instead of renames and a lock:
 
-1. PUT `<base>.index.swap` and `<base>.timeindex.swap` (prepared, not yet meaningful).
+1. PUT `<base>.index.swap` and `<base>.timeindex.swap` (prepared, not yet meaningful), and
+   `<base>.txnindex.swap` when the output has aborted transactions (else any stale one is deleted).
 2. Create `<base>.log.swap` (If-None-Match): THE COMMIT POINT. From here the swap replaces every live
    segment with a base offset in [base, the swap's next offset); readers and writers' loaders see it
    so (LogLoader's swap view) without changing anything.
 3. LIST: if another `.log.swap` is in the partition (a second maintenance job), delete ours and give up.
 4. Complete (idempotent, any step may be repeated after a crash): copy the replaced objects to
    `.deleted` twins (in-flight readers go on from them; `<base>.log` only while it still holds the old
-   bytes), delete the other replaced segments (`.log` objects first), copy the `.swap` onto
-   `<base>.log` and put its indexes, then delete the `.swap` objects (`.log.swap` first).
+   bytes), delete the other replaced segments (`.log` objects first, then their indexes, `.txnindex`
+   too), copy the `.swap` onto `<base>.log` and put its indexes (`<base>.txnindex` the output's, or
+   none), then delete the `.swap` objects (`.log.swap` first).
 
 A maintenance job completes a `.swap` it finds only once it is older than the lease TTL (an
 abandoned one): younger ones belong to a job still running, which may still roll it back in step 3.
@@ -40,7 +42,7 @@ from .file_records import check_headers, crc_failures
 from .fs.filesystem import LogFileSystem
 from .log_segment import LogSegment, segment_settings
 from .objects.immutable_segment import rebuild_indexes
-from .producer_state import ObjectProducerStateManager
+from .objects.object_producer_state import ObjectProducerStateManager
 from .records.record_batch import MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, RecordBatchHeader
 from .topic_partition import (
     CLEANED_FILE_SUFFIX,
@@ -49,6 +51,7 @@ from .topic_partition import (
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     parse_segment_file,
     segment_file_name,
 )
@@ -57,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 CACHE_SEGMENT_BYTES = 1 << 20  # settle_hint reads segments up to this size whole, for the merge to reuse
 CACHE_BYTES = 64 << 20  # ... up to this much in all
-SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)
+INDEX_SWAP_SUFFIXES = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)  # a swap's prepared objects
 
 
 CLEANER_LOCK_FILE = ".cleaner.lock"  # held while a cleaner writes `.cleaned` output in the partition dir
@@ -303,14 +307,21 @@ def publish_swap(
     time_rows: np.ndarray,
     *,
     next_offset: int,
+    txn_rows: np.ndarray | None = None,
     check: Callable[[], None] | None = None,
 ) -> None:
     """Make a finished output segment replace the live segments in [base, next_offset) (steps 1-4 of the
-    module docstring). Raises SwapAbortedError, with nothing changed, if it cannot be committed."""
+    module docstring); `txn_rows`: its `.txnindex` entries (ABORTED_TXN_DTYPE rows; None or empty: none).
+    Raises SwapAbortedError, with nothing changed, if it cannot be committed."""
     if check is not None:
         check()  # the maintenance lease, right before the commit point
     fs.write_atomic(swap_path(fs, dir, base, INDEX_FILE_SUFFIX), off_rows.tobytes(), durable=False)
     fs.write_atomic(swap_path(fs, dir, base, TIME_INDEX_FILE_SUFFIX), time_rows.tobytes(), durable=False)
+    txn_swap = swap_path(fs, dir, base, TXN_INDEX_FILE_SUFFIX)
+    if txn_rows is not None and len(txn_rows):
+        fs.write_atomic(txn_swap, txn_rows.tobytes(), durable=False)
+    else:  # an earlier job's, left by a crash before its commit point: it must not be taken for this output's
+        fs.delete_many([txn_swap])
     log_swap = swap_path(fs, dir, base)
     if not fs.create_exclusive(log_swap, log_bytes):
         raise SwapAbortedError(
@@ -322,7 +333,7 @@ def publish_swap(
     ]
     if others:  # another job's swap: nobody completes a young swap but its creator, so ours can go back
         fs.delete_many([log_swap])
-        fs.delete_many([swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
+        fs.delete_many([swap_path(fs, dir, base, s) for s in INDEX_SWAP_SUFFIXES])
         raise SwapAbortedError(
             f"{fs.url(fs.join(dir, others[0]))} appeared while swapping segments at offset "
             f"{base}: another maintenance job works on this partition; rolled back ours"
@@ -357,7 +368,7 @@ def set_aside_object_swap(fs: LogFileSystem, dir: str, base: int, error: Excepti
         error,
     )
     copy_if_present(fs, log_swap, log_swap + ".damaged")
-    fs.delete_many([log_swap] + [swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
+    fs.delete_many([log_swap] + [swap_path(fs, dir, base, s) for s in INDEX_SWAP_SUFFIXES])
 
 
 def complete_swap(
@@ -412,15 +423,24 @@ def complete_swap(
         if p.base_offset != base:
             doomed[p.suffix].append(fs.join(dir, name))
     fs.delete_many(doomed[LOG_FILE_SUFFIX])  # .log objects first: a listing never shows an index without one
-    fs.delete_many(doomed[INDEX_FILE_SUFFIX] + doomed[TIME_INDEX_FILE_SUFFIX])
+    fs.delete_many(doomed[INDEX_FILE_SUFFIX] + doomed[TIME_INDEX_FILE_SUFFIX] + doomed[TXN_INDEX_FILE_SUFFIX])
     if not swapped and not copy_if_present(fs, log_swap, head):
         return False  # completed (and its .swap deleted) by another job meanwhile
     if off_rows is None or time_rows is None:
         off_rows, time_rows = _swap_indexes(fs, dir, base, config)
     fs.write_atomic(live_path(fs, dir, base, INDEX_FILE_SUFFIX), off_rows.tobytes(), durable=False)
     fs.write_atomic(live_path(fs, dir, base, TIME_INDEX_FILE_SUFFIX), time_rows.tobytes(), durable=False)
+    # the output's aborted transactions, written before the commit point (its own: publish_swap deletes a stale
+    # one first), or none: then the head's old `.txnindex` goes (its twin keeps it for readers in flight)
+    txn_swap, txn_head = (
+        swap_path(fs, dir, base, TXN_INDEX_FILE_SUFFIX),
+        live_path(fs, dir, base, TXN_INDEX_FILE_SUFFIX),
+    )
+    has_txns = fs.basename(txn_swap) in names and copy_if_present(fs, txn_swap, txn_head)
+    if not has_txns and fs.basename(txn_head) in names:
+        fs.delete_many([txn_head])
     fs.delete_many([log_swap])
-    fs.delete_many([swap_path(fs, dir, base, s) for s in (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)])
+    fs.delete_many([swap_path(fs, dir, base, s) for s in INDEX_SWAP_SUFFIXES])
     return True
 
 

@@ -43,7 +43,7 @@ from ..records import record_batch as rb
 from ..records.record_batch import as_uint8, scan_batches, validate_batches
 from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory, replace_segments
 from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
-from ..transactions.transaction_index import TransactionIndex
+from ..transactions.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, TransactionIndex
 from . import _cleaner_kernels as K
 from .cleaner_batches import (
     bounded_chunks,
@@ -543,7 +543,7 @@ class Cleaner:
         if out.size == 0 or (self._unchanged(log, out, members) and self._same_txns(log, sources[0], entries)):
             out.delete()
             return
-        if entries and self._scratch is None:  # (object stores: see docs/maintenance.md)
+        if entries and self._scratch is None:  # (object stores: publish_swap writes them)
             index = TransactionIndex(out.fs, out.txn_index_path, out.base_offset)
             for txn in entries:
                 index.append(txn)
@@ -553,21 +553,33 @@ class Cleaner:
         out.close()
         if self._scratch is not None:
             self._verify_unchanged(log, sources, rnd.mtimes)
-            self._publish(log, out, sources)
+            self._publish(log, out, sources, entries)
         else:
             with self._partition_lock(log):
                 self._verify_unchanged(log, sources, rnd.mtimes)
                 replace_segments(log, [out], sources)
         rnd.res.groups.append((out.base_offset, tuple(s.base_offset for s in sources)))
 
-    def _publish(self, log: Log, out: LogSegment, sources: list[LogSegment]) -> None:
-        """Object store: the create-only swap of storage/segment_swap.py instead of renames under a lock."""
+    def _publish(self, log: Log, out: LogSegment, sources: list[LogSegment], entries: list) -> None:
+        """Object store: the create-only swap of storage/segment_swap.py instead of renames under a lock, with
+        the output's `.txnindex` entries (`entries`, AbortedTxn)."""
         data = out.fs.read(out.log_path)
         off_rows = np.frombuffer(out.fs.read(out.offset_index.path), OffsetIndex.entry_dtype).copy()
         time_rows = np.frombuffer(out.fs.read(out.time_index.path), TimeIndex.entry_dtype).copy()
         nxt = int(scan_batches(data).last_offsets[-1]) + 1
         out.delete()
-        publish_swap(log.fs, log.dir, out.base_offset, data, off_rows, time_rows, next_offset=nxt, check=self.check)
+        txn_rows = np.array([(ABORTED_TXN_VERSION, *t) for t in entries], ABORTED_TXN_DTYPE)
+        publish_swap(
+            log.fs,
+            log.dir,
+            out.base_offset,
+            data,
+            off_rows,
+            time_rows,
+            next_offset=nxt,
+            txn_rows=txn_rows,
+            check=self.check,
+        )
         replace_in_memory(log, out.base_offset, len(data), sources, off_rows, time_rows)
 
     @staticmethod
@@ -582,9 +594,7 @@ class Cleaner:
         return out.fs.read(out.log_path) == log.fs.read(members[0].seg.log_path)
 
     def _same_txns(self, log: Log, seg: LogSegment, entries: list) -> bool:
-        """The source's `.txnindex` holds exactly the entries its output would (or the store keeps none)."""
-        if self._scratch is not None:
-            return True
+        """The source's `.txnindex` holds exactly the entries its output would."""
         return TransactionIndex(log.fs, seg.txn_index_path, seg.base_offset).all_aborted_txns() == entries
 
     @staticmethod

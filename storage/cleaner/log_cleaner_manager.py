@@ -21,9 +21,9 @@ from ..common.time import SYSTEM_TIME, Time
 from ..log import Log
 from ..log_manager import ROOT_LOCK_FILE, LogManager
 from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpointFile
-from ..producer_state import ProducerStateManager
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition
+from ..transactions.producer_state_manager import ProducerStateManager
 from .cleaner import Cleaner, CleanResult
 from .cleaner_config import CleanerConfig
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS

@@ -18,11 +18,11 @@ import numpy as np
 
 from ..common.constants import INT32_MAX
 from ..common.time import SYSTEM_TIME
-from ..errors import CleaningAbortedError, CorruptRecordError
+from ..errors import CleaningAbortedError, CorruptIndexError, CorruptRecordError
 from ..log_loader import LOCK_FILE
 from ..log_segment import LogSegment
 from ..objects.immutable_segment import IndexBuilder
-from ..records.record_batch import scan_batches, validate_batches
+from ..records.record_batch import CONTROL_FLAG_MASK, scan_batches, validate_batches
 from ..segment_swap import (
     SwapAbortedError,
     list_names,
@@ -37,8 +37,10 @@ from ..topic_partition import (
     DELETED_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     segment_file_name,
 )
+from ..transactions.transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
 from .cleaner import group_segments_by_size
 
 log = logging.getLogger(__name__)
@@ -85,9 +87,12 @@ def merge_groups(log, bound: int, names: set[str]) -> list[list[LogSegment]]:
     return out
 
 
-def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tuple[bytes, np.ndarray, np.ndarray, int]:
+def build_merged(
+    log, group: list[LogSegment], cache: dict | None = None, controls: set[int] | None = None
+) -> tuple[bytes, np.ndarray, np.ndarray, int]:
     """(bytes, offset index rows, time index rows, next offset) of a group's segments concatenated.
-    Every batch is validated (CRC, lengths, offsets inside its segment and increasing) first."""
+    Every batch is validated (CRC, lengths, offsets inside its segment and increasing) first. The base
+    offsets of the members holding a control batch are added to `controls`."""
     fs = log.fs
     parts, builder, pos, prev_last = [], IndexBuilder(log.config.index_interval_bytes), 0, None
     for seg in group:
@@ -100,6 +105,8 @@ def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tup
                 f"segment object is not {seg.size} bytes of whole batches", source=seg.source, position=scan.end
             )
         validate_batches(data, scan, source=seg.source)
+        if controls is not None and (scan.headers["attributes"] & CONTROL_FLAG_MASK).any():
+            controls.add(seg.base_offset)
         bases, lasts = scan.headers["base_offset"].astype(np.int64), scan.last_offsets
         if (
             bases[0] < seg.base_offset
@@ -119,6 +126,27 @@ def build_merged(log, group: list[LogSegment], cache: dict | None = None) -> tup
     assert prev_last is not None  # every member holds a batch, or the loop raised
     off_rows, time_rows = builder.finish(group[0].base_offset)
     return b"".join(parts), off_rows, time_rows, prev_last + 1
+
+
+def merged_aborted_txns(log, group: list[LogSegment], names: set[str], controls: set[int]) -> np.ndarray:
+    """The `.txnindex` entries of a merge's output: its sources' entries, in order (ABORTED_TXN_DTYPE rows). A
+    source's listed `.txnindex` object is read and checked; where it is missing though the segment holds a
+    control batch, or fails its checks, the entries come from the log's transaction state (whose scan finds the
+    ABORT markers), as a reader's do. A merge never turns a missing index into a present, incomplete one."""
+    rows = []
+    for seg in group:
+        if segment_file_name(seg.base_offset, TXN_INDEX_FILE_SUFFIX) in names:
+            index = TransactionIndex.for_segment(log.fs, log.dir, seg.base_offset)
+            try:
+                index.sanity_check()
+                rows.append(index.entries())
+                continue
+            except CorruptIndexError:
+                pass  # the transaction state distrusts it too, and takes the log's
+        elif seg.base_offset not in controls:
+            continue  # no marker: nothing aborted ends here
+        rows.append(log.segment_aborted_txns(seg))
+    return np.concatenate(rows, dtype=ABORTED_TXN_DTYPE) if rows else np.empty(0, ABORTED_TXN_DTYPE)
 
 
 def merge_small_segments(
@@ -152,8 +180,20 @@ def merge_small_segments(
         groups = merge_groups(log, bound, set(names))
     res.bound = bound
     for group in groups:
-        data, off_rows, time_rows, nxt = build_merged(log, group, cache)
-        publish_swap(log.fs, log.dir, group[0].base_offset, data, off_rows, time_rows, next_offset=nxt, check=check)
+        controls: set[int] = set()
+        data, off_rows, time_rows, nxt = build_merged(log, group, cache, controls)
+        txn_rows = merged_aborted_txns(log, group, set(names), controls)
+        publish_swap(
+            log.fs,
+            log.dir,
+            group[0].base_offset,
+            data,
+            off_rows,
+            time_rows,
+            next_offset=nxt,
+            txn_rows=txn_rows,
+            check=check,
+        )
         replace_in_memory(log, group[0].base_offset, len(data), group, off_rows, time_rows)
         res.groups.append((group[0].base_offset, tuple(s.base_offset for s in group)))
         res.bytes_merged += len(data)

@@ -11,10 +11,10 @@ from ..fs.filesystem import LogFileSystem
 from ..log_appender import LogAppender, LogSegments
 from ..log_config import LogConfig
 from ..log_segment import LogSegment
-from ..producer_state import read_hint
 from ..records.record_batch import BatchScan, MutableBytes
 from ..topic_partition import TopicPartition
 from .immutable_segment import create_segment_object
+from .writer_state_hint import read_hint
 
 
 class ObjectAppender(LogAppender):

@@ -40,9 +40,9 @@ from ..errors import ConcurrentAppendError, KafkaStorageError, TransactionAborte
 from ..log import StagedSegment
 from ..log_manager import LogManager
 from ..objects.immutable_segment import immutable_segments
-from ..producer_state import stamp_commit
 from ..records.record_batch import CRC_OFFSET, RECORDS_COUNT_OFFSET
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
+from ..transactions.commit_stamp import stamp_commit
 from ..transactions.transaction_coordinator import (
     ABORT,
     COMMIT,

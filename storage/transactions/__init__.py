@@ -14,6 +14,9 @@ the latest snapshot plus a header scan;
 transaction_view.py: a Log's transactions as a read_committed reader sees them (TransactionView: the last
 stable offset, the aborted transactions over a range, the segments' `.txnindex` files), loaded on first use;
 isolation.py: the isolation levels (read_uncommitted, read_committed) and their option parsing;
+writer_state.py: the sink's per-partition writer state, the contract (WriterState) both flavours keep;
+producer_state_manager.py: its lock-protected flavour (local disks), the state file;
+commit_stamp.py: a commit's writer id and batch id put into its batches (where the batches carry the state);
 transaction_coordinator.py: the sink's transactions: the create-only decision file (the role of Kafka's
 transaction log), the COMMIT/ABORT marker batch it appends and the `.txnindex` entry of an abort.
 """

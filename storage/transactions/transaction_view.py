@@ -46,7 +46,9 @@ class TransactionView:
 
     def _rewrite_indexes(self, state: TransactionState) -> None:
         """A writer puts the aborted transactions the state found in place of each missing or bad `.txnindex`
-        (Kafka's loader rebuilds it on recovery); a reader only uses them."""
+        (Kafka's loader rebuilds it on recovery); a reader only uses them. On immutable segments the index is
+        one whole object, made with a create-only write (another writer's rebuild, made first, holds the
+        same entries), and none when there are no entries."""
         owner = self._log
         if not owner.writable or owner.closed:
             return
@@ -59,6 +61,12 @@ class TransactionView:
             index = self.txn_index(seg)
             if owner.fs.exists(index.path):
                 owner.fs.delete_many([index.path])  # a bad file is not read again, only replaced
+            if owner.immutable:
+                self._indexes.pop(seg.base_offset, None)
+                if len(rebuilt):
+                    owner.fs.create_exclusive(index.path, rebuilt.astype(ABORTED_TXN_DTYPE).tobytes())
+                    log.info("rebuilt transaction index %s (%d entries)", owner.fs.url(index.path), len(rebuilt))
+                continue
             index = self._indexes[seg.base_offset] = TransactionIndex(owner.fs, index.path, seg.base_offset)
             for txn in entries_to_txns(rebuilt):
                 index.append(txn)
@@ -102,6 +110,11 @@ class TransactionView:
 
             self._state = state = TransactionState.load(self._log, log_end, from_log_start=True)
             return state.rebuilt.get(seg.base_offset, np.empty(0, ABORTED_TXN_DTYPE))
+
+    def segment_aborted_txns(self, seg, log_end: int) -> np.ndarray:
+        """The aborted transactions whose ABORT marker is in `seg`: its `.txnindex`, or what the log holds where
+        that is missing or bad."""
+        return self._aborted_entries(seg, log_end)
 
     def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int, log_end: int) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as

@@ -22,9 +22,9 @@ import pytest
 from kafka.partitioner.default import murmur2  # kafka-python's port of the Java client's hash
 
 from storage.log_manager import LogManager
-from storage.producer_state import STATE_FILE
 from storage.staging.staged_commit import STAGED_PREFIX
 from storage.topic_partition import TopicPartition
+from storage.transactions.writer_state import STATE_FILE
 from tests.helpers import REPO
 from tests.helpers.kafka_reference import kp_committed, kp_parse
 from tests.helpers.spark_procs import kill_session, session_procs

@@ -315,7 +315,7 @@ def test_min_compaction_lag_makes_recent_segments_uncleanable(root):
 def test_a_pending_sink_commit_is_not_cleaned_until_resolved(root):
     """Kafka's firstUnstableOffset: the batches from a pending commit's first offset on stay as they are
     (its resolution reads that first batch), below it the cleaner works as usual."""
-    from storage.producer_state import ProducerStateManager
+    from storage.transactions.producer_state_manager import ProducerStateManager
 
     lm = make(root, segment_bytes=200)
     for i in range(12):

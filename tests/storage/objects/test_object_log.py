@@ -19,13 +19,14 @@ from storage.fs.local import LocalFileSystem
 from storage.fs.memory import MemoryFileSystem
 from storage.log import Log
 from storage.log_manager import LogManager
+from storage.objects.object_producer_state import ObjectProducerStateManager
 from storage.objects.object_store import ObjectStoreFileSystem
-from storage.producer_state import STATE_FILE, ObjectProducerStateManager
 from storage.records.builder import build_records
 from storage.records.record_batch import CompressionType
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
+from storage.transactions.writer_state import STATE_FILE
 from tests.helpers.index_checks import expected_indexes
 from tests.helpers.kafka_reference import kp_batch, kp_parse
 

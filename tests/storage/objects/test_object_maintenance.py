@@ -525,10 +525,10 @@ def test_merging_the_sinks_commits_keeps_replays_detected():
     hint below what it merges first, so replays of merged commits are still skipped (no hint at all here)."""
     import json
 
-    from storage.producer_state import STATE_FILE
     from storage.records.record_batch import CompressionType
     from storage.staging.record_stager import RecordStager
     from storage.staging.staged_commit import commit_staged
+    from storage.transactions.writer_state import STATE_FILE
 
     lm = manager({"retention.ms": "-1"})
 

@@ -15,11 +15,11 @@ from kafka.record import MemoryRecords
 from storage.log_dirs import open_filesystem
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
-from storage.producer_state import STATE_FILE
 from storage.records.record_batch import CompressionType
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
+from storage.transactions.writer_state import STATE_FILE
 from tests.helpers.kafka_reference import kafka_recovery_entries, kp_parse
 
 TP = TopicPartition("t", 0)

@@ -15,9 +15,10 @@ from storage.cleaner.segment_merger import merge_small_segments
 from storage.log_manager import LogManager
 from storage.objects.object_store import ObjectStoreFileSystem
 from storage.objects.segment_metadata import SegmentMetadata
-from storage.producer_state import STATE_FILE, read_hint
+from storage.objects.writer_state_hint import read_hint
 from storage.records.builder import build_records
 from storage.topic_partition import TopicPartition
+from storage.transactions.writer_state import STATE_FILE
 
 TP = TopicPartition("t", 0)
 TS0 = 1_700_000_000_000

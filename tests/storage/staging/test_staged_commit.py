@@ -8,11 +8,11 @@ import pytest
 
 from storage.common.time import MockTime
 from storage.log_manager import LogManager
-from storage.producer_state import ProducerStateManager
 from storage.records.record_batch import CompressionType
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import STAGED_MARKER, commit_staged, read_staged
 from storage.topic_partition import TopicPartition
+from storage.transactions.producer_state_manager import ProducerStateManager
 from tests.helpers.kafka_reference import kp_parse
 
 
@@ -202,7 +202,7 @@ def test_a_partition_commit_fsyncs_each_changed_file_once_after_the_pending_mark
 def _edit_state(lm, tp, edit):
     import json
 
-    from storage.producer_state import STATE_FILE
+    from storage.transactions.writer_state import STATE_FILE
 
     path = os.path.join(lm.partition_dir(tp), STATE_FILE)
     doc = json.load(open(path))

@@ -20,8 +20,8 @@ import pytest
 from storage.common.time import SYSTEM_TIME, MockTime
 from storage.errors import TransactionAbortedError
 from storage.log_manager import LogManager
+from storage.objects.object_producer_state import ObjectProducerStateManager, txn_file_name
 from storage.objects.object_store import ObjectStoreFileSystem
-from storage.producer_state import ObjectProducerStateManager, txn_file_name
 from storage.records.record_batch import CompressionType
 from storage.staging import staged_commit as sc
 from storage.staging.record_stager import RecordStager

@@ -20,13 +20,13 @@ from kafka.record.memory_records import MemoryRecords
 from storage.common.time import SYSTEM_TIME, MockTime
 from storage.errors import TransactionAbortedError
 from storage.log_manager import LogManager
-from storage.producer_state import ProducerStateManager
 from storage.records.record_batch import CompressionType
 from storage.staging import staged_commit as sc
 from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 from storage.transactions.control_records import ControlRecordType, EndTransactionMarker
+from storage.transactions.producer_state_manager import ProducerStateManager
 from storage.transactions.transaction_coordinator import (
     ABORT,
     TRANSACTIONS_DIR,
@@ -378,7 +378,7 @@ def test_a_lost_state_update_after_the_markers_is_read_back_from_the_log(root, m
     """The state file's update after a marker is not fsynced and the decision is deleted once every marker is
     in: if a crash loses that update, the next opener finds the marker in the log and must not abort a
     committed transaction (an ABORT after it would hide the committed data from read_committed readers)."""
-    from storage.producer_state import STATE_FILE
+    from storage.transactions.writer_state import STATE_FILE
 
     lm = LogManager(root)
     lm.create_topic("t", 1)
