@@ -495,24 +495,28 @@ class Log:
         memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold.
 
         read_committed (Kafka's consumer at that isolation level): stops at the last stable offset and drops
-        the transactional batches of aborted transactions (collect_aborted_txns over the range read)."""
+        the transactional batches of aborted transactions, each batch's fate read from its producer's next
+        marker in the log (transaction_fates.TransactionFates), not from the `.txnindex` hints."""
         from .records.decoder import iter_decoded
 
         committed = parse_isolation_level(isolation_level, "isolation_level") == READ_COMMITTED
-        aborted = None
+        fates = None
         if committed:
             self._check_fetch_offset(start_offset)
             lso = self.last_stable_offset
             max_offset = lso if max_offset is None else min(max_offset, lso)
             if start_offset >= max_offset:
                 return
-            aborted = self.collect_aborted_txns(start_offset, max_offset)
+            fates = self._transactions.fates(self._next_offset)
+        served_below = 0  # everything yielded lies below it
         for chunk in self.read(start_offset, max_offset):
             keep = None
-            if aborted is not None and len(aborted):
-                from .transactions.transaction_state import aborted_batch_mask
-
-                keep = ~aborted_batch_mask(chunk.scan.headers, aborted)
+            if fates is not None:
+                drop, open_at = fates.feed(chunk)
+                if open_at is not None and open_at < max_offset:  # the state missed an open transaction
+                    found = self._transactions.open_transaction_found(open_at, served_below, self._next_offset)
+                    max_offset = min(max_offset, found)
+                keep = ~drop
             for batch in iter_decoded(
                 chunk.buf,
                 scan=chunk.scan,
@@ -526,6 +530,10 @@ class Log:
             ):
                 if batch.num_rows:
                     yield batch
+            last = chunk.scan.headers[-1]
+            served_below = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
+            if max_offset is not None and served_below >= max_offset:
+                return
 
     # ------------------------------------------------------------------ transactions (read side)
     @property

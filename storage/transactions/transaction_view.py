@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CorruptIndexError
+from ..errors import CorruptIndexError, TransactionStateError
 from ..topic_partition import TXN_INDEX_FILE_SUFFIX, segment_file_name
 from .transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
 
 if TYPE_CHECKING:  # the transaction state loads Arrow (marker decoding): only a read_committed use imports it
+    from .transaction_fates import TransactionFates
     from .transaction_state import TransactionState
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,35 @@ class TransactionView:
             index.flush()
             index.close()
             log.info("rebuilt transaction index %s (%d entries)", owner.fs.url(index.path), len(rebuilt))
+
+    def fates(self, log_end: int) -> TransactionFates:
+        """A fresh TransactionFates for one read_committed read of the Log up to `log_end`."""
+        from .transaction_fates import TransactionFates
+
+        return TransactionFates(self._log, log_end)
+
+    def open_transaction_found(self, open_at: int, served_below: int, log_end: int) -> int:
+        """A read found a transactional data batch at `open_at` with no marker up to the log end, below the
+        state's last stable offset: the state missed an open transaction (a snapshot that hid it). The state is
+        rebuilt from the log start; the new last stable offset is returned (at most `open_at`). A read that
+        served records at or past it (all it served lies below `served_below`) raises TransactionStateError."""
+        from .transaction_state import TransactionState
+
+        log.warning(
+            "%s: a transaction open at offset %d is missing from the transaction state; scanning the log from "
+            "its start",
+            self._log.fs.url(self._log.dir),
+            open_at,
+        )
+        self._state = state = TransactionState.load(self._log, log_end, from_log_start=True)
+        lso = min(open_at, state.last_stable_offset(self._log.log_start_offset, log_end))
+        if lso < served_below:
+            raise TransactionStateError(
+                f"{self._log.fs.url(self._log.dir)}: read_committed served records up to offset {served_below - 1}, "
+                f"past the last stable offset {lso} the log holds (a producer snapshot hid an open transaction); "
+                f"read again"
+            )
+        return lso
 
     def last_stable_offset(self, log_end: int) -> int:
         """The first offset of the earliest transaction still open, else `log_end` (the Log's end offset)."""
