@@ -105,7 +105,9 @@ class TransactionScan:
         headers = chunk.scan.headers
         attrs = headers["attributes"].astype(np.int64)
         pids = headers["producer_id"].astype(np.int64)
-        txn = np.flatnonzero((attrs & TRANSACTIONAL_FLAG_MASK != 0) & (pids >= 0))
+        # a control batch with a producer id is a marker whether or not its transactional bit is set, as
+        # Kafka's ProducerAppendInfo (isControlBatch) and consumer (containsAbortMarker) read it
+        txn = np.flatnonzero(((attrs & (TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK)) != 0) & (pids >= 0))
         if not txn.size:
             return []
         aborted: list[AbortedTxn] = []
@@ -148,8 +150,10 @@ def read_end_marker(chunk: BatchChunk, i: int) -> tuple[EndTransactionMarker, in
 
 def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     """(offset, producerId -> open transaction's first offset) from the latest snapshot of `log` whose offset
-    lies in [log start, `end`] and that reads back whole; a bad one is logged and an older one tried. With
-    none: the log start offset and no open transaction (Kafka's loader rebuilds from there)."""
+    lies in [log start, `end`] and that reads back whole and agrees with the log (snapshot_not_in_log); a bad
+    one is logged and an older one tried. With none: the log start offset and no open transaction (Kafka's
+    loader rebuilds from there). A snapshot that reads whole but disagrees with the log is logged and the log
+    scanned from its start."""
     found = latest_valid_snapshot(log.fs, log.dir, log.log_start_offset, end)
     if found is None:
         return log.log_start_offset, {}
@@ -157,7 +161,7 @@ def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     first = entries["current_txn_first_offset"].astype(np.int64)
     open_ = first >= 0
     ongoing = dict(zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True))
-    why = _open_transactions_not_in_log(log, snap.offset, ongoing)
+    why = snapshot_not_in_log(log, snap.offset, entries)
     if why is not None:
         logger.warning(
             "not trusting producer snapshot %s: %s; scanning the log from its start", log.fs.url(snap.path), why
@@ -166,34 +170,80 @@ def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     return snap.offset, ongoing
 
 
-def _open_transactions_not_in_log(log, snapshot_offset: int, ongoing: dict[int, int]) -> str | None:
-    """Why a snapshot's open transactions are not the log's (None: each one's currentTxnFirstOffset is the base
-    offset of a transactional data batch of that producer below the snapshot's offset). One batch header read
-    per open transaction; a snapshot that fails it is a hint gone bad, not a reason to refuse the log."""
-    for pid, first in ongoing.items():
-        if not log.log_start_offset <= first < snapshot_offset:
-            return f"producer {pid}'s open transaction starts at {first}, outside [log start, {snapshot_offset})"
-        h = None
-        for chunk in log.read(first, first + 1):
-            headers = chunk.scan.headers
-            reach = headers["base_offset"].astype(np.int64) + headers["last_offset_delta"].astype(np.int64)
-            at = np.flatnonzero(reach >= first)
-            if at.size:
-                h = headers[int(at[0])]
-                break
-        if h is None:
-            return f"no batch at offset {first} (producer {pid}'s open transaction)"
-        attrs = int(h["attributes"])
-        if (
-            int(h["base_offset"]) != first
-            or int(h["producer_id"]) != pid
-            or not attrs & TRANSACTIONAL_FLAG_MASK
-            or attrs & CONTROL_FLAG_MASK
-        ):
-            return (
-                f"producer {pid}'s open transaction starts at {first}, where the log has no transactional data "
-                f"batch of it (batch at {int(h['base_offset'])} of producer {int(h['producer_id'])})"
-            )
+def snapshot_not_in_log(log, snapshot_offset: int, entries: np.ndarray) -> str | None:
+    """Why a snapshot's transaction claims are not the log's (None: they agree), from one scan of batch headers
+    over [the oldest offset an entry names, the snapshot's offset), no record decoded:
+
+    - an open transaction (currentTxnFirstOffset f >= 0) starts at a transactional data batch of its producer,
+      at f, below the snapshot's offset, and no marker of that producer lies in (f, snapshot offset);
+    - an entry's lastOffset L (its last data batch; -1: none kept; below the log start: gone, not checked)
+      is the last offset of a data batch of that producer below the snapshot's offset; when that batch is
+      transactional and the entry says no transaction is open, a marker of the producer follows it before
+      the snapshot's offset.
+
+    What this cannot see: an entry left out whole, or a lastOffset moved to another data batch of the same
+    producer that is not transactional. A snapshot that fails is a hint gone bad, not a reason to refuse the log."""
+    start = log.log_start_offset
+    pids = entries["producer_id"].astype(np.int64)
+    firsts = entries["current_txn_first_offset"].astype(np.int64)
+    lasts = entries["last_offset"].astype(np.int64)
+    opens = {int(p): int(f) for p, f in zip(pids[firsts >= 0].tolist(), firsts[firsts >= 0].tolist(), strict=True)}
+    for pid, f in opens.items():
+        if not start <= f < snapshot_offset:
+            return f"producer {pid}'s open transaction starts at {f}, outside [log start, {snapshot_offset})"
+    checked = lasts >= start
+    if (lasts[checked] >= snapshot_offset).any():
+        k = int(np.flatnonzero(checked & (lasts >= snapshot_offset))[0])
+        return f"producer {int(pids[k])}'s last batch ends at {int(lasts[k])}, not below {snapshot_offset}"
+    by_last = {int(last): int(p) for p, last in zip(pids[checked].tolist(), lasts[checked].tolist(), strict=True)}
+    if len(by_last) != int(checked.sum()):
+        return "two producers name the same last offset"
+    lo = min([*opens.values(), *by_last])
+    if lo >= snapshot_offset:
+        return None
+    want_first = dict(opens)  # producer -> where its open transaction's first batch must be
+    need_marker: dict[int, int] = {}  # closed producer -> the transactional batch a marker must follow
+    seen_last: set[int] = set()
+    relevant = np.fromiter(set(opens) | set(by_last.values()), np.int64)
+    for chunk in log.read(lo, snapshot_offset):
+        h = chunk.scan.headers
+        base = h["base_offset"].astype(np.int64)
+        attrs = h["attributes"].astype(np.int64)
+        hp = h["producer_id"].astype(np.int64)
+        last = base + h["last_offset_delta"].astype(np.int64)
+        control = attrs & CONTROL_FLAG_MASK != 0
+        txn_data = (attrs & TRANSACTIONAL_FLAG_MASK != 0) & ~control
+        markers = control & (h["record_count"].astype(np.int64) > 0)
+        for i in np.flatnonzero(np.isin(hp, relevant) & (markers | txn_data | np.isin(last, list(by_last)))).tolist():
+            pid, b = int(hp[i]), int(base[i])
+            if markers[i]:
+                f = opens.get(pid)
+                if f is not None and b > f:
+                    return f"producer {pid}'s transaction open from {f} has a marker at {b}, below {snapshot_offset}"
+                if need_marker.get(pid, snapshot_offset) < b:
+                    del need_marker[pid]
+                continue
+            if want_first.get(pid) == b:
+                if not txn_data[i]:
+                    return f"producer {pid}'s open transaction starts at {b}, where its batch is not transactional"
+                del want_first[pid]
+            owner = by_last.get(int(last[i]))
+            if owner is not None and not control[i]:
+                if owner != pid:
+                    return f"the batch ending at {int(last[i])} is producer {pid}'s, not producer {owner}'s"
+                seen_last.add(int(last[i]))
+                if txn_data[i] and pid not in opens:
+                    need_marker[pid] = b
+    if want_first:
+        pid, f = next(iter(want_first.items()))
+        return f"no transactional data batch of producer {pid} at offset {f} (its open transaction)"
+    missing = set(by_last) - seen_last
+    if missing:
+        last = min(missing)
+        return f"no data batch of producer {by_last[last]} ends at offset {last} (its last batch)"
+    if need_marker:
+        pid, b = next(iter(need_marker.items()))
+        return f"producer {pid}'s transactional batch at {b} has no marker below {snapshot_offset}, yet no open one"
     return None
 
 
