@@ -511,8 +511,9 @@ class Log:
         served_below = 0  # everything yielded lies below it
         for chunk in self.read(start_offset, max_offset):
             keep = None
+            checked = False  # the chunk's CRCs already checked (by the fates)
             if fates is not None:
-                drop, open_at = fates.feed(chunk)
+                drop, open_at, checked = fates.feed(chunk)
                 if open_at is not None and open_at < max_offset:  # the state missed an open transaction
                     found = self._transactions.open_transaction_found(open_at, served_below, self._next_offset)
                     max_offset = min(max_offset, found)
@@ -523,6 +524,7 @@ class Log:
                 source=chunk.source,
                 base_position=chunk.base_position,
                 max_message_bytes=self.max_batch_size,
+                verify_crc=not checked,
                 min_offset=start_offset,
                 max_offset=max_offset,
                 skip_control=skip_control,

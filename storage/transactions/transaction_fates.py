@@ -39,11 +39,63 @@ def txn_data_rows(headers: np.ndarray) -> np.ndarray:
     )
 
 
-def _marker_type(chunk: BatchChunk, i: int) -> int:
-    from .transaction_state import read_end_marker
+def marker_types(chunk: BatchChunk, rows: np.ndarray, max_message_bytes: int) -> np.ndarray:
+    """The ControlRecordType of the marker in each control batch `rows` of the chunk: one decode of those batches
+    (CRC and record checks), then each first record read as Kafka's EndTransactionMarker.deserialize does. A
+    bad one raises CorruptRecordError naming the file and the batch's position."""
+    from ..errors import CorruptRecordError
+    from ..records.decoder import decode_batches
+    from .control_records import EndTransactionMarker
 
-    marker, _ = read_end_marker(chunk, i)  # CRC and marker checks: a bad marker raises, naming its position
-    return int(marker.control_type)
+    if not rows.size:
+        return np.empty(0, np.int64)
+    keep = np.zeros(len(chunk.scan), bool)
+    keep[rows] = True
+    records = decode_batches(
+        chunk.buf,
+        scan=chunk.scan,
+        keep=keep,
+        skip_control=False,
+        source=chunk.source,
+        base_position=chunk.base_position,
+        max_message_bytes=max_message_bytes,
+    )
+    headers = chunk.scan.headers
+    offsets = records.column("offset").to_numpy()
+    bases = headers["base_offset"][rows].astype(np.int64)
+    lasts = bases + headers["last_offset_delta"][rows].astype(np.int64)
+    first = np.searchsorted(offsets, bases)
+    keys = records.column("key")
+    values = records.column("value")
+    out = np.empty(len(rows), np.int64)
+    for j, (row, at) in enumerate(zip(rows.tolist(), first.tolist(), strict=True)):
+        position = chunk.base_position + int(chunk.scan.positions[row])
+        if at >= len(offsets) or offsets[at] > lasts[j]:
+            raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
+        marker = EndTransactionMarker.deserialize(
+            keys[at].as_py(), values[at].as_py(), source=chunk.source, position=position
+        )
+        out[j] = int(marker.control_type)
+    return out
+
+
+def check_crcs(chunk: BatchChunk, upto: int) -> None:
+    """Raise CorruptRecordError at the first of the chunk's batches [0, upto) whose CRC fails: a batch is served
+    at read_committed only when every batch between it and the marker deciding it holds."""
+    from ..errors import CorruptRecordError
+    from ..file_records import crc_failures, select_batches
+
+    if upto <= 0:
+        return
+    part = chunk if upto >= len(chunk.scan) else select_batches(chunk, 0, upto)
+    bad = crc_failures(part.buf, part.scan)
+    if bad.size:
+        i = int(bad[0])
+        raise CorruptRecordError(
+            f"CRC mismatch in batch at offset {int(part.scan.headers['base_offset'][i])}",
+            source=chunk.source,
+            position=chunk.base_position + int(chunk.scan.positions[i]),
+        )
 
 
 class TransactionFates:
@@ -62,20 +114,30 @@ class TransactionFates:
     def __init__(self, log, log_end: int) -> None:
         self._log = log
         self._log_end = log_end
+        self._max_bytes = log.max_batch_size
         self._ahead: dict[int, tuple[int, int]] = {}
         self.markers_decoded = 0
         self.headers_scanned = 0
 
-    def feed(self, chunk: BatchChunk) -> tuple[np.ndarray, int | None]:
-        """(which batches of the chunk to drop: transactional data of aborted transactions, the base offset of
-        the first transactional data batch whose producer has no marker up to the log end, or None)."""
+    def feed(self, chunk: BatchChunk) -> tuple[np.ndarray, int | None, bool]:
+        """(which batches of the chunk to drop: transactional data of aborted transactions; the base offset of
+        the first transactional data batch whose producer has no marker up to the log end, or None; whether
+        every batch's CRC was checked). A chunk holding markers or transactional data has its CRCs and every
+        marker checked before anything of it is served; a bad one raises CorruptRecordError."""
         headers = chunk.scan.headers
         n = len(headers)
         drop = np.zeros(n, bool)
         data = txn_data_rows(headers)
-        if not data.any():
-            return drop, None
         markers = marker_rows(headers)
+        if not data.any() and not markers.any():
+            return drop, None, False
+        check_crcs(chunk, n)
+        types = np.full(n, _NO_MARKER, np.int64)
+        mrows = np.flatnonzero(markers)
+        types[mrows] = marker_types(chunk, mrows, self._max_bytes)
+        self.markers_decoded += len(mrows)
+        if not data.any():
+            return drop, None, True
         rows = np.flatnonzero(data | markers)
         pids = headers["producer_id"].astype(np.int64)[rows]
         order = np.lexsort((rows, pids))  # by producer, then offset
@@ -85,17 +147,11 @@ class TransactionFates:
         nxt = np.minimum.accumulate(at[::-1])[::-1]  # the next marker row at or after each, in this order
         same = nxt < k
         same[same] = spids[nxt[same]] == spids[same]
-        is_data = ~is_marker
-        types: dict[int, int] = {}
-        for j in np.unique(nxt[is_data & same]).tolist():
-            types[j] = _marker_type(chunk, int(srows[j]))
-            self.markers_decoded += 1
-        for j in np.flatnonzero(is_data & same).tolist():
-            if types[int(nxt[j])] == ControlRecordType.ABORT:
-                drop[srows[j]] = True
-        pending = np.flatnonzero(is_data & ~same)
+        decided = np.flatnonzero(~is_marker & same)
+        drop[srows[decided]] = types[srows[nxt[decided]]] == ControlRecordType.ABORT
+        pending = np.flatnonzero(~is_marker & ~same)
         if not pending.size:
-            return drop, None
+            return drop, None, True
         bases = headers["base_offset"].astype(np.int64)
         chunk_end = int(bases[-1]) + int(headers["last_offset_delta"][-1]) + 1
         wanted = {p for p in np.unique(spids[pending]).tolist() if self._ahead.get(p, (-1, 0))[0] < chunk_end}
@@ -110,27 +166,33 @@ class TransactionFates:
                 open_at = b if open_at is None else min(open_at, b)
             elif found[1] == ControlRecordType.ABORT:
                 drop[row] = True
-        return drop, open_at
+        return drop, open_at, True
 
     def _look_ahead(self, start: int, wanted: set[int]) -> None:
-        """Find each wanted producer's first marker at or past `start` (headers only, one decode per producer)."""
+        """Find each wanted producer's first marker at or past `start` from batch headers, checking the CRC of
+        every batch and every marker up to the last one found (a bad one raises CorruptRecordError)."""
         for pid in wanted:
             self._ahead.pop(pid, None)
-        if start >= self._log_end:
-            return
-        want = np.fromiter(wanted, np.int64, len(wanted))
-        for chunk in self._log.read(start, self._log_end):
-            headers = chunk.scan.headers
-            self.headers_scanned += len(headers)
-            hits = np.flatnonzero(marker_rows(headers) & np.isin(headers["producer_id"].astype(np.int64), want))
-            for i in hits.tolist():
-                pid = int(headers["producer_id"][i])
-                if pid in wanted:
-                    self._ahead[pid] = (int(headers["base_offset"][i]), _marker_type(chunk, i))
-                    self.markers_decoded += 1
+        if start < self._log_end:
+            for chunk in self._log.read(start, self._log_end):
+                headers = chunk.scan.headers
+                self.headers_scanned += len(headers)
+                markers = marker_rows(headers)
+                pids = headers["producer_id"].astype(np.int64)
+                hits = np.flatnonzero(markers & np.isin(pids, np.fromiter(wanted, np.int64, len(wanted))))
+                first: dict[int, int] = {}
+                for i in hits.tolist():
+                    first.setdefault(int(pids[i]), i)
+                upto = max(first.values()) + 1 if len(first) == len(wanted) else len(headers)
+                check_crcs(chunk, upto)
+                mrows = np.flatnonzero(markers[:upto])
+                types = marker_types(chunk, mrows, self._max_bytes)
+                self.markers_decoded += len(mrows)
+                by_row = dict(zip(mrows.tolist(), types.tolist(), strict=True))
+                for pid, i in first.items():
+                    self._ahead[pid] = (int(headers["base_offset"][i]), by_row[i])
                     wanted.discard(pid)
-            if not wanted:
-                return
-            want = np.fromiter(wanted, np.int64, len(wanted))
+                if not wanted:
+                    return
         for pid in wanted:
             self._ahead[pid] = (self._log_end, _NO_MARKER)  # open at the log end: not looked up again
