@@ -512,7 +512,7 @@ class Log:
         for chunk in self.read(start_offset, max_offset):
             keep = None
             checked = False  # the chunk's CRCs already checked (by the fates)
-            if fates is not None:
+            if fates is not None and max_offset is not None:
                 drop, open_at, checked = fates.feed(chunk)
                 if open_at is not None and open_at < max_offset:  # the state missed an open transaction
                     found = self._transactions.open_transaction_found(open_at, served_below, self._next_offset)

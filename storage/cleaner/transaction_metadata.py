@@ -17,27 +17,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.constants import INT64_MAX
 from ..log import Log
 from ..records import record_batch as rb
 from ..transactions.control_records import ControlRecordType
-from ..transactions.transaction_index import ABORTED_TXN_DTYPE, AbortedTxn, TransactionIndex, entries_to_txns
+from ..transactions.transaction_index import AbortedTxn, entries_to_txns
 
 _TXN_BITS = rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
 
 
 def collect_aborted_txns(log: Log, lower: int, upper: int) -> np.ndarray:
-    """The aborted transactions overlapping [lower, upper), from the `.txnindex` of the segment holding
-    `lower` onward until one index says the search is complete (Kafka's collectAbortedTransactions);
-    ABORTED_TXN_DTYPE rows, duplicates removed. A damaged index raises CorruptIndexError naming it."""
-    found = []
-    for seg in log.segments_in_range(lower, INT64_MAX):
-        result = TransactionIndex.for_segment(log.fs, log.dir, seg.base_offset).collect_aborted(lower, upper)
-        found.append(result.entries)
-        if result.is_complete:
-            break
-    rows = np.concatenate(found, dtype=ABORTED_TXN_DTYPE) if found else np.empty(0, ABORTED_TXN_DTYPE)
-    return np.unique(rows)  # (sorted by the fields' order; read below by firstOffset)
+    """The aborted transactions overlapping [lower, upper): Log.collect_aborted_txns (Kafka's
+    collectAbortedTransactions over the `.txnindex` files, each entry checked against the log's markers, the
+    entries rebuilt from the log when they disagree), ABORTED_TXN_DTYPE rows, duplicates removed."""
+    return np.unique(log.collect_aborted_txns(lower, upper))  # (sorted by the fields' order; read below by firstOffset)
 
 
 class CleanedTransactionMetadata:

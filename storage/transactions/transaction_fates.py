@@ -15,7 +15,8 @@ from ..file_records import BatchChunk
 from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
 from .control_records import ControlRecordType
 
-_NO_MARKER = -1  # in TransactionFates._ahead: the producer has no marker up to the log end
+_NO_MARKER = -1  # the producer has no marker up to the log end: the transaction is open
+NOT_DECIDED = -2  # a batch that is not transactional data
 
 
 def marker_rows(headers: np.ndarray) -> np.ndarray:
@@ -124,20 +125,32 @@ class TransactionFates:
         the first transactional data batch whose producer has no marker up to the log end, or None; whether
         every batch's CRC was checked). A chunk holding markers or transactional data has its CRCs and every
         marker checked before anything of it is served; a bad one raises CorruptRecordError."""
+        fate, _, checked = self.decide(chunk)
+        drop = fate == ControlRecordType.ABORT
+        undecided = np.flatnonzero(fate == _NO_MARKER)
+        open_at = int(chunk.scan.headers["base_offset"][undecided[0]]) if undecided.size else None
+        return drop, open_at, checked
+
+    def decide(self, chunk: BatchChunk) -> tuple[np.ndarray, np.ndarray, bool]:
+        """(per batch: the type of the marker deciding it (ABORT, COMMIT; _NO_MARKER: none up to the log end;
+        NOT_DECIDED for a batch that is not transactional data), per batch: that marker's offset (-1 if none),
+        whether every batch's CRC was checked)."""
         headers = chunk.scan.headers
         n = len(headers)
-        drop = np.zeros(n, bool)
+        fate = np.full(n, NOT_DECIDED, np.int64)
+        marker_at = np.full(n, -1, np.int64)
         data = txn_data_rows(headers)
         markers = marker_rows(headers)
         if not data.any() and not markers.any():
-            return drop, None, False
+            return fate, marker_at, False
         check_crcs(chunk, n)
         types = np.full(n, _NO_MARKER, np.int64)
         mrows = np.flatnonzero(markers)
         types[mrows] = marker_types(chunk, mrows, self._max_bytes)
         self.markers_decoded += len(mrows)
         if not data.any():
-            return drop, None, True
+            return fate, marker_at, True
+        bases = headers["base_offset"].astype(np.int64)
         rows = np.flatnonzero(data | markers)
         pids = headers["producer_id"].astype(np.int64)[rows]
         order = np.lexsort((rows, pids))  # by producer, then offset
@@ -148,25 +161,21 @@ class TransactionFates:
         same = nxt < k
         same[same] = spids[nxt[same]] == spids[same]
         decided = np.flatnonzero(~is_marker & same)
-        drop[srows[decided]] = types[srows[nxt[decided]]] == ControlRecordType.ABORT
+        fate[srows[decided]] = types[srows[nxt[decided]]]
+        marker_at[srows[decided]] = bases[srows[nxt[decided]]]
         pending = np.flatnonzero(~is_marker & ~same)
         if not pending.size:
-            return drop, None, True
-        bases = headers["base_offset"].astype(np.int64)
+            return fate, marker_at, True
         chunk_end = int(bases[-1]) + int(headers["last_offset_delta"][-1]) + 1
         wanted = {p for p in np.unique(spids[pending]).tolist() if self._ahead.get(p, (-1, 0))[0] < chunk_end}
         if wanted:
             self._look_ahead(chunk_end, wanted)
-        open_at = None
         for j in pending.tolist():
-            found = self._ahead.get(int(spids[j]))
+            offset, ctype = self._ahead[int(spids[j])]
             row = int(srows[j])
-            if found is None or found[0] < chunk_end or found[1] == _NO_MARKER:
-                b = int(bases[row])
-                open_at = b if open_at is None else min(open_at, b)
-            elif found[1] == ControlRecordType.ABORT:
-                drop[row] = True
-        return drop, open_at, True
+            fate[row] = ctype
+            marker_at[row] = -1 if ctype == _NO_MARKER else offset
+        return fate, marker_at, True
 
     def _look_ahead(self, start: int, wanted: set[int]) -> None:
         """Find each wanted producer's first marker at or past `start` from batch headers, checking the CRC of

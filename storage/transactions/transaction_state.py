@@ -217,9 +217,9 @@ def snapshot_not_in_log(log, snapshot_offset: int, entries: np.ndarray) -> str |
         for i in np.flatnonzero(np.isin(hp, relevant) & (markers | txn_data | np.isin(last, list(by_last)))).tolist():
             pid, b = int(hp[i]), int(base[i])
             if markers[i]:
-                f = opens.get(pid)
-                if f is not None and b > f:
-                    return f"producer {pid}'s transaction open from {f} has a marker at {b}, below {snapshot_offset}"
+                opened = opens.get(pid)
+                if opened is not None and b > opened:
+                    return f"producer {pid}'s transaction open from {opened} has a marker at {b}"
                 if need_marker.get(pid, snapshot_offset) < b:
                     del need_marker[pid]
                 continue
@@ -266,10 +266,20 @@ class TransactionState:
         self.rebuilt = rebuilt
 
     @classmethod
-    def load(cls, log, end: int, *, max_open: int | None = None, from_log_start: bool = False) -> TransactionState:
+    def load(
+        cls,
+        log,
+        end: int,
+        *,
+        max_open: int | None = None,
+        from_log_start: bool = False,
+        compare_indexes: bool = False,
+    ) -> TransactionState:
         """Scan `log` (a Log) up to `end`, its log end offset, from its latest valid snapshot (from its log start
         when `from_log_start`, or when the segment holding the snapshot's offset has an index to replace: the
-        scan must then cover that segment whole)."""
+        scan must then cover that segment whole). With `compare_indexes` (implies from_log_start) an index whose
+        entries are not the aborts the scan found in its segment is replaced too."""
+        from_log_start = from_log_start or compare_indexes
         scan_start, ongoing = (log.log_start_offset, {}) if from_log_start else load_snapshot_state(log, end)
         max_open = MAX_OPEN_TRANSACTIONS if max_open is None else max_open
         scan = TransactionScan(f"{log.tp.topic}-{log.tp.partition}", ongoing, max_open)
@@ -283,11 +293,13 @@ class TransactionState:
         for seg in log.segments_in_range(scan_start, end):
             txns = found.get(seg.base_offset, [])
             why = distrust(log.txn_index(seg), has_entries=bool(txns))
+            if why is None and compare_indexes:
+                why = entries_differ(log.txn_index(seg), txns)
             if why is None:
                 continue
             if seg.base_offset < scan_start and not from_log_start:
                 logger.warning("%s; scanning the log from its start", why)
-                return cls.load(log, end, max_open=max_open, from_log_start=True)
+                return cls.load(log, end, max_open=max_open, from_log_start=True, compare_indexes=compare_indexes)
             logger.warning("%s; using the %d aborted transactions the log holds instead", why, len(txns))
             rebuilt[seg.base_offset] = as_entries(txns)
         return cls(scan.ongoing, scan_start, rebuilt)
@@ -301,6 +313,22 @@ class TransactionState:
         UnifiedLog.updateFirstUnstableOffset), else the log end offset."""
         first = next(iter(self.ongoing.values()), None)
         return log_end_offset if first is None else min(max(first, log_start_offset), log_end_offset)
+
+
+def entries_differ(index: TransactionIndex, txns: list[AbortedTxn]) -> str | None:
+    """Why a sane index's entries are not the aborts a scan from the log start found in its segment (None: the
+    same producers, first and last offsets; a missing file holds none)."""
+    have = index.entries() if index.fs.exists(index.path) else np.empty(0, ABORTED_TXN_DTYPE)
+    fields = ["producer_id", "first_offset", "last_offset"]
+    mine = {tuple(int(r[f]) for f in fields) for r in have}
+    log_has = {(t.producer_id, t.first_offset, t.last_offset) for t in txns}
+    if mine == log_has:
+        return None
+    extra, missing = sorted(mine - log_has), sorted(log_has - mine)
+    return (
+        f"transaction index {index.fs.url(index.path)} disagrees with the log: entries the log does not back "
+        f"{extra[:3]}, aborts it lacks {missing[:3]}"
+    )
 
 
 def distrust(index: TransactionIndex, *, has_entries: bool) -> str | None:

@@ -135,10 +135,63 @@ class TransactionView:
 
     def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int, log_end: int) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
-        Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,
-        until an entry's lastStableOffset reaches upper_bound_offset. A segment with no `.txnindex` has none,
-        unless the transaction state's scan found aborts in it. Segments past the bound are searched too: an
-        aborted transaction's entry sits in the segment of its ABORT marker, which may lie past the bound."""
+        Kafka's UnifiedLog.collectAbortedTransactions (_collect_from_indexes), each checked against the log
+        (index_disagrees): an entry the log does not back, or an abort the log holds that no entry covers, makes
+        the state rebuild every index's entries from the log (a scan from the log start; a writer rewrites the
+        files) and the answer come from those. The cleaner removes what this returns: nothing unverified."""
+        found = self._collect_from_indexes(start_offset, upper_bound_offset, log_end)
+        why = self.index_disagrees(found, start_offset, min(upper_bound_offset, log_end), log_end)
+        if why is None:
+            return found
+        from .transaction_state import TransactionState
+
+        log.warning("%s; rebuilding the transaction indexes' entries from the log", why)
+        self._state = state = TransactionState.load(self._log, log_end, from_log_start=True, compare_indexes=True)
+        self._rewrite_indexes(state)
+        return self._collect_from_indexes(start_offset, upper_bound_offset, log_end)
+
+    def index_disagrees(self, found: np.ndarray, start: int, end: int, log_end: int) -> str | None:
+        """Why the collected entries `found` are not what the log holds over [start, end) (None: they agree):
+        every transactional data batch there that its producer's next marker aborts lies in an entry of that
+        producer ending at that marker, none that a COMMIT decides lies in one, and each entry whose lastOffset
+        falls in the range ends at an ABORT marker of its producer. A header scan of the range (plus the
+        forward scan TransactionFates makes for producers undecided at its end)."""
+        from .control_records import ControlRecordType
+        from .transaction_fates import TransactionFates, marker_rows
+
+        if start >= end:
+            return None
+        fates = TransactionFates(self._log, log_end)
+        pid_e = found["producer_id"].astype(np.int64)
+        first_e = found["first_offset"].astype(np.int64)
+        last_e = found["last_offset"].astype(np.int64)
+        url = self._log.fs.url(self._log.dir)
+        for chunk in self._log.read(start, end):
+            fate, marker_at, _ = fates.decide(chunk)
+            h = chunk.scan.headers
+            bases = h["base_offset"].astype(np.int64)
+            pids = h["producer_id"].astype(np.int64)
+            for i in np.flatnonzero(fate >= 0).tolist():  # per transactional data batch decided by a marker
+                b, p = int(bases[i]), int(pids[i])
+                cover = (pid_e == p) & (first_e <= b) & (last_e >= b)
+                if fate[i] == ControlRecordType.ABORT and not (cover & (last_e == marker_at[i])).any():
+                    return f"{url}: no transaction index entry covers producer {p}'s aborted batch at {b}"
+                if fate[i] == ControlRecordType.COMMIT and cover.any():
+                    return f"{url}: a transaction index entry of producer {p} covers its committed batch at {b}"
+            m = marker_rows(h)
+            ends = set(zip(pids[m].tolist(), bases[m].tolist(), strict=True))
+            lo, hi = int(bases[0]), int(bases[-1]) + int(h["last_offset_delta"][-1])
+            for k in np.flatnonzero((last_e >= lo) & (last_e <= hi)).tolist():
+                p, last = int(pid_e[k]), int(last_e[k])
+                if (p, last) not in ends:
+                    return f"{url}: a transaction index entry of producer {p} ends at {last}, where it has no marker"
+        return None
+
+    def _collect_from_indexes(self, start_offset: int, upper_bound_offset: int, log_end: int) -> np.ndarray:
+        """Kafka's UnifiedLog.collectAbortedTransactions over the `.txnindex` files (or the state's stand-ins):
+        from the index of the segment holding start_offset on, until an entry's lastStableOffset reaches
+        upper_bound_offset. Segments past the bound are searched too: an aborted transaction's entry sits in the
+        segment of its ABORT marker, which may lie past the bound."""
         from .transaction_state import collect_aborted
 
         found = []
