@@ -177,3 +177,35 @@ def test_marker_type_swapped_behind_a_good_crc_is_read_from_the_log(tmp_path, wh
     struct.pack_into(">I", raw, pos + 17, crc32c.crc32c(bytes(raw[pos + 21 : pos + size])))
     open(path, "wb").write(bytes(raw))
     assert_log_truth(root, d)
+
+
+def _without_transactional_bit(batch: bytes) -> bytes:
+    raw = bytearray(batch)
+    attrs = struct.unpack_from(">h", raw, 21)[0]
+    struct.pack_into(">h", raw, 21, attrs & ~0x10)
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+def test_a_control_batch_without_the_transactional_bit_is_a_marker(tmp_path):
+    # Kafka's ProducerAppendInfo.append and the consumer's CompletedFetch.containsAbortMarker test only
+    # isControlBatch: such a batch ends its producer's transaction (here an ABORT: p1's data is dropped, and
+    # nothing stays open to hold the LSO), in the reader, the transaction state and the producer table
+    root = str(tmp_path)
+    lm = LogManager(root)
+    lm.create_topic("t", 1, {})
+    with lm.open_log(TP, writable=True) as log:
+        log.append(data(1, [b"aborted"]))
+        log.append(_without_transactional_bit(marker(1, ABORT)))
+        log.append(data(-1, [b"plain"], transactional=False))
+        log.roll()
+    d = os.path.join(root, "t-0")
+    assert log_truth(d) == ([b"plain"], 3)
+    with LogManager(root).open_log(TP) as log:
+        assert log.last_stable_offset == 3
+        got = [v for b in log.read_records(0, isolation_level="read_committed") for v in b.column("value").to_pylist()]
+        assert got == [b"plain"]
+    (snap,) = segment_files(d, ".snapshot")
+    entries = read_snapshot(LogManager(root).fs, snap)
+    assert entries["producer_id"].tolist() == [1] and entries["current_txn_first_offset"].tolist() == [-1]
+    assert entries["coordinator_epoch"].tolist() == [0] and entries["timestamp"].tolist() == [5000]  # the marker's
