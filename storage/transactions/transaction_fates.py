@@ -40,44 +40,13 @@ def txn_data_rows(headers: np.ndarray) -> np.ndarray:
     )
 
 
-def marker_types(chunk: BatchChunk, rows: np.ndarray, max_message_bytes: int) -> np.ndarray:
-    """The ControlRecordType of the marker in each control batch `rows` of the chunk: one decode of those batches
-    (CRC and record checks), then each first record read as Kafka's EndTransactionMarker.deserialize does. A
-    bad one raises CorruptRecordError naming the file and the batch's position."""
-    from ..errors import CorruptRecordError
-    from ..records.decoder import decode_batches
-    from .control_records import EndTransactionMarker
+def marker_types(chunk: BatchChunk, rows: np.ndarray) -> np.ndarray:
+    """The ControlRecordType of the marker in each control batch `rows` of the chunk, each checked (CRC, record,
+    then Kafka's EndTransactionMarker.deserialize; transaction_state.read_end_marker). A bad one raises
+    CorruptRecordError naming the file and the batch's position."""
+    from .transaction_state import read_end_marker
 
-    if not rows.size:
-        return np.empty(0, np.int64)
-    keep = np.zeros(len(chunk.scan), bool)
-    keep[rows] = True
-    records = decode_batches(
-        chunk.buf,
-        scan=chunk.scan,
-        keep=keep,
-        skip_control=False,
-        source=chunk.source,
-        base_position=chunk.base_position,
-        max_message_bytes=max_message_bytes,
-    )
-    headers = chunk.scan.headers
-    offsets = records.column("offset").to_numpy()
-    bases = headers["base_offset"][rows].astype(np.int64)
-    lasts = bases + headers["last_offset_delta"][rows].astype(np.int64)
-    first = np.searchsorted(offsets, bases)
-    keys = records.column("key")
-    values = records.column("value")
-    out = np.empty(len(rows), np.int64)
-    for j, (row, at) in enumerate(zip(rows.tolist(), first.tolist(), strict=True)):
-        position = chunk.base_position + int(chunk.scan.positions[row])
-        if at >= len(offsets) or offsets[at] > lasts[j]:
-            raise CorruptRecordError("control batch holds no record", source=chunk.source, position=position)
-        marker = EndTransactionMarker.deserialize(
-            keys[at].as_py(), values[at].as_py(), source=chunk.source, position=position
-        )
-        out[j] = int(marker.control_type)
-    return out
+    return np.fromiter((int(read_end_marker(chunk, i)[0].control_type) for i in rows.tolist()), np.int64, len(rows))
 
 
 def check_crcs(chunk: BatchChunk, upto: int) -> None:
@@ -115,7 +84,6 @@ class TransactionFates:
     def __init__(self, log, log_end: int) -> None:
         self._log = log
         self._log_end = log_end
-        self._max_bytes = log.max_batch_size
         self._ahead: dict[int, tuple[int, int]] = {}
         self.markers_decoded = 0
         self.headers_scanned = 0
@@ -146,7 +114,7 @@ class TransactionFates:
         check_crcs(chunk, n)
         types = np.full(n, _NO_MARKER, np.int64)
         mrows = np.flatnonzero(markers)
-        types[mrows] = marker_types(chunk, mrows, self._max_bytes)
+        types[mrows] = marker_types(chunk, mrows)
         self.markers_decoded += len(mrows)
         if not data.any():
             return fate, marker_at, True
@@ -195,7 +163,7 @@ class TransactionFates:
                 upto = max(first.values()) + 1 if len(first) == len(wanted) else len(headers)
                 check_crcs(chunk, upto)
                 mrows = np.flatnonzero(markers[:upto])
-                types = marker_types(chunk, mrows, self._max_bytes)
+                types = marker_types(chunk, mrows)
                 self.markers_decoded += len(mrows)
                 by_row = dict(zip(mrows.tolist(), types.tolist(), strict=True))
                 for pid, i in first.items():

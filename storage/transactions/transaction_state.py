@@ -15,7 +15,15 @@ import numpy as np
 
 from ..errors import CorruptIndexError, CorruptRecordError, TooManyProducersError
 from ..file_records import BatchChunk
-from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from ..records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    as_uint8,
+)
 from .control_records import ControlRecordType, EndTransactionMarker
 from .producer_snapshot import latest_valid_snapshot
 from .transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, AbortedTxn, TransactionIndex
@@ -131,10 +139,76 @@ class TransactionScan:
         return aborted
 
 
+def _varint(buf, at: int, end: int, max_bytes: int) -> tuple[int, int] | None:
+    """A zigzag varint at buf[at:end] (at most max_bytes bytes) and the position after it; None if it does not
+    fit."""
+    raw = shift = 0
+    for k in range(max_bytes):
+        if at + k >= end:
+            return None
+        byte = buf[at + k]
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), at + k + 1
+        shift += 7
+    return None
+
+
+def _plain_marker_record(chunk: BatchChunk, i: int) -> tuple[bytes | None, bytes | None, int] | None:
+    """(key, value, timestamp) of control batch i when it has the shape every marker writer gives it: CRC good,
+    uncompressed, CreateTime, one record with no header filling the batch exactly; None for anything else (the
+    full decoder then reads it and names what is wrong). One CRC-32C call and a few varints, no Arrow."""
+    import crc32c as _crc32c
+
+    h = chunk.scan.headers[i]
+    attrs = int(h["attributes"])
+    if attrs & (COMPRESSION_CODEC_MASK | TIMESTAMP_TYPE_MASK) or int(h["record_count"]) != 1:
+        return None
+    start = int(chunk.scan.positions[i])
+    end = start + int(chunk.scan.sizes[i])
+    view = as_uint8(chunk.buf).data
+    if _crc32c.crc32c(view[start + ATTRIBUTES_OFFSET : end]) != int(h["crc"]):
+        return None
+    buf = view[:end]
+    at = start + RECORD_BATCH_OVERHEAD
+    got = _varint(buf, at, end, 5)
+    if got is None or got[0] != end - got[1]:
+        return None
+    at = got[1] + 1  # the record's attributes byte
+    fields = []
+    for max_bytes in (10, 5):  # timestampDelta (varlong), offsetDelta
+        got = _varint(buf, at, end, max_bytes)
+        if got is None:
+            return None
+        fields.append(got[0])
+        at = got[1]
+    if not 0 <= fields[1] <= int(h["last_offset_delta"]):
+        return None
+    parts: list[bytes | None] = []
+    for _ in range(2):  # key, value
+        got = _varint(buf, at, end, 5)
+        if got is None or got[0] < -1 or got[1] + max(got[0], 0) > end:
+            return None
+        n, at = got
+        parts.append(None if n < 0 else bytes(buf[at : at + n]))
+        at += max(n, 0)
+    got = _varint(buf, at, end, 5)
+    if got is None or got[0] != 0 or got[1] != end:
+        return None
+    return parts[0], parts[1], int(h["base_timestamp"]) + fields[0]
+
+
 def read_end_marker(chunk: BatchChunk, i: int) -> tuple[EndTransactionMarker, int]:
     """The marker in control batch i of the chunk and its record's timestamp: the batch's first record's key,
-    value and timestamp (Kafka reads the first record), checked as EndTransactionMarker.deserialize does."""
+    value and timestamp (Kafka reads the first record), checked as EndTransactionMarker.deserialize does. A
+    batch of the usual shape is read directly (_plain_marker_record), any other by the full decoder."""
     from ..records.decoder import decode_batches
+
+    plain = _plain_marker_record(chunk, i)
+    if plain is not None:
+        position = chunk.base_position + int(chunk.scan.positions[i])
+        marker = EndTransactionMarker.deserialize(plain[0], plain[1], source=chunk.source, position=position)
+        return marker, plain[2]
 
     start = int(chunk.scan.positions[i])
     end = start + int(chunk.scan.sizes[i])
@@ -198,7 +272,7 @@ def snapshot_not_in_log(log, snapshot_offset: int, entries: np.ndarray) -> str |
     by_last = {int(last): int(p) for p, last in zip(pids[checked].tolist(), lasts[checked].tolist(), strict=True)}
     if len(by_last) != int(checked.sum()):
         return "two producers name the same last offset"
-    lo = min([*opens.values(), *by_last])
+    lo = min([*opens.values(), *by_last], default=snapshot_offset)
     if lo >= snapshot_offset:
         return None
     want_first = dict(opens)  # producer -> where its open transaction's first batch must be
