@@ -48,28 +48,6 @@ def collect_aborted(entries: np.ndarray, fetch_offset: int, upper_bound_offset: 
     return scanned[keep], bool(reached.size)
 
 
-def aborted_batch_mask(headers: np.ndarray, aborted: np.ndarray) -> np.ndarray:
-    """Which batches (rows of HEADER_DTYPE) belong to an aborted transaction: transactional data batches of
-    producer p whose base offset lies in [firstOffset, lastOffset] of one of p's entries in `aborted`
-    (what Kafka's consumer skips between a producer's first aborted offset and its ABORT marker).
-    Vectorised over the headers, one pass per aborted transaction that overlaps them."""
-    drop = np.zeros(len(headers), bool)
-    if not len(headers) or not len(aborted):
-        return drop
-    base = headers["base_offset"].astype(np.int64)
-    attrs = headers["attributes"].astype(np.int64)
-    data_txn = (attrs & TRANSACTIONAL_FLAG_MASK != 0) & (attrs & CONTROL_FLAG_MASK == 0)
-    if not data_txn.any():
-        return drop
-    pid = headers["producer_id"].astype(np.int64)
-    first = aborted["first_offset"].astype(np.int64)
-    last = aborted["last_offset"].astype(np.int64)
-    near = np.flatnonzero((first <= base[-1]) & (last >= base[0]))
-    for k in near.tolist():
-        drop |= data_txn & (pid == int(aborted["producer_id"][k])) & (base >= first[k]) & (base <= last[k])
-    return drop
-
-
 class TransactionScan:
     """Producers' open transactions, advanced batch by batch as Kafka's ProducerAppendInfo does for the
     transaction fields: a transactional data batch opens its producer's transaction at its base offset (if none
