@@ -159,6 +159,7 @@ class TransactionView:
         from .control_records import ControlRecordType
         from .transaction_fates import TransactionFates, marker_rows
 
+        start = max(start, self._log.log_start_offset)  # below it the data is gone: nothing to check
         if start >= end:
             return None
         fates = TransactionFates(self._log, log_end)
