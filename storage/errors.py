@@ -117,6 +117,11 @@ class CorruptSnapshotError(KafkaStorageError):
         self.position = position
 
 
+class TransactionStateError(KafkaStorageError):
+    """A read_committed read met an open transaction that the partition's producer snapshot hid, after it had
+    served records at or past that transaction's first offset: the read is not retried, the next one is right."""
+
+
 class CleaningAbortedError(KafkaStorageError):
     """The segments being replaced changed (retention, a writer's recovery) or the lock was busy."""
 

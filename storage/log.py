@@ -497,30 +497,36 @@ class Log:
         memory bounded by decoder.DECODE_BUDGET_BYTES plus one batch, whatever the batches hold.
 
         read_committed (Kafka's consumer at that isolation level): stops at the last stable offset and drops
-        the transactional batches of aborted transactions (collect_aborted_txns over the range read)."""
+        the transactional batches of aborted transactions, each batch's fate read from its producer's next
+        marker in the log (transaction_fates.TransactionFates), not from the `.txnindex` hints."""
         from .records.decoder import iter_decoded
 
         committed = parse_isolation_level(isolation_level, "isolation_level") == READ_COMMITTED
-        aborted = None
+        fates = None
         if committed:
             self._check_fetch_offset(start_offset)
             lso = self.last_stable_offset
             max_offset = lso if max_offset is None else min(max_offset, lso)
             if start_offset >= max_offset:
                 return
-            aborted = self.collect_aborted_txns(start_offset, max_offset)
+            fates = self._transactions.fates(self._next_offset)
+        served_below = 0  # everything yielded lies below it
         for chunk in self.read(start_offset, max_offset):
             keep = None
-            if aborted is not None and len(aborted):
-                from .transactions.transaction_state import aborted_batch_mask
-
-                keep = ~aborted_batch_mask(chunk.scan.headers, aborted)
+            checked = False  # the chunk's CRCs already checked (by the fates)
+            if fates is not None and max_offset is not None:
+                drop, open_at, checked = fates.feed(chunk)
+                if open_at is not None and open_at < max_offset:  # the state missed an open transaction
+                    found = self._transactions.open_transaction_found(open_at, served_below, self._next_offset)
+                    max_offset = min(max_offset, found)
+                keep = ~drop
             for batch in iter_decoded(
                 chunk.buf,
                 scan=chunk.scan,
                 source=chunk.source,
                 base_position=chunk.base_position,
                 max_message_bytes=self.max_batch_size,
+                verify_crc=not checked,
                 min_offset=start_offset,
                 max_offset=max_offset,
                 skip_control=skip_control,
@@ -528,6 +534,10 @@ class Log:
             ):
                 if batch.num_rows:
                     yield batch
+            last = chunk.scan.headers[-1]
+            served_below = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
+            if max_offset is not None and served_below >= max_offset:
+                return
 
     # ------------------------------------------------------------------ transactions (read side)
     @property
@@ -549,10 +559,14 @@ class Log:
         what the log holds where that is missing or bad. What a rewrite of the segment must carry over."""
         return self._transactions.segment_aborted_txns(seg, self._next_offset)
 
-    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> np.ndarray:
+    def collect_aborted_txns(
+        self, start_offset: int, upper_bound_offset: int, *, max_entries: int | None = None
+    ) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset)
         (Kafka's UnifiedLog.collectAbortedTransactions; see TransactionView.collect_aborted_txns)."""
-        return self._transactions.collect_aborted_txns(start_offset, upper_bound_offset, self._next_offset)
+        return self._transactions.collect_aborted_txns(
+            start_offset, upper_bound_offset, self._next_offset, max_entries=max_entries
+        )
 
     def offset_for_timestamp(self, timestamp: int, *, isolation_level: str = "read_uncommitted") -> int | None:
         """Earliest offset whose record timestamp >= timestamp, or None (Kafka's ListOffsets by time).

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.constants import INT64_MAX
-from ..errors import TooManyAbortedTransactionsError
 from ..log import Log
 from ..records import record_batch as rb
 from ..transactions.control_records import ControlRecordType
-from ..transactions.transaction_index import ABORTED_TXN_DTYPE, AbortedTxn, TransactionIndex, entries_to_txns
+from ..transactions.transaction_index import AbortedTxn, entries_to_txns
 
 _TXN_BITS = rb.TRANSACTIONAL_FLAG_MASK | rb.CONTROL_FLAG_MASK
 # the aborted transactions one cleaning holds at most, across every `.txnindex` of its range (each file is capped
@@ -32,28 +30,13 @@ MAX_CLEANER_ABORTED_TXNS = 1_000_000
 
 
 def collect_aborted_txns(log: Log, lower: int, upper: int, *, max_entries: int | None = None) -> np.ndarray:
-    """The aborted transactions overlapping [lower, upper), from the `.txnindex` of the segment holding
-    `lower` onward until one index says the search is complete (Kafka's collectAbortedTransactions);
-    ABORTED_TXN_DTYPE rows, duplicates removed. A damaged index raises CorruptIndexError naming it; more than
-    `max_entries` (default MAX_CLEANER_ABORTED_TXNS) rows raise TooManyAbortedTransactionsError, before the
-    next index is read."""
+    """The aborted transactions overlapping [lower, upper): Log.collect_aborted_txns (Kafka's
+    collectAbortedTransactions over the `.txnindex` files, each entry checked against the log's markers, the
+    entries rebuilt from the log when they disagree), ABORTED_TXN_DTYPE rows, duplicates removed. More than
+    `max_entries` (default MAX_CLEANER_ABORTED_TXNS) rows raise TooManyAbortedTransactionsError naming the
+    partition and range, before the next index is read."""
     cap = MAX_CLEANER_ABORTED_TXNS if max_entries is None else max_entries
-    found = []
-    total = 0
-    for seg in log.segments_in_range(lower, INT64_MAX):
-        result = TransactionIndex.for_segment(log.fs, log.dir, seg.base_offset).collect_aborted(lower, upper)
-        total += len(result.entries)
-        if total > cap:
-            raise TooManyAbortedTransactionsError(
-                f"partition {log.tp.topic}-{log.tp.partition}: more than {cap} aborted transactions overlap "
-                f"offsets {lower}..{upper - 1} (read up to segment {seg.base_offset}): more than a cleaning "
-                f"holds (MAX_CLEANER_ABORTED_TXNS)"
-            )
-        found.append(result.entries)
-        if result.is_complete:
-            break
-    rows = np.concatenate(found, dtype=ABORTED_TXN_DTYPE) if found else np.empty(0, ABORTED_TXN_DTYPE)
-    return np.unique(rows)  # (sorted by the fields' order; read below by firstOffset)
+    return np.unique(log.collect_aborted_txns(lower, upper, max_entries=cap))  # sorted; read below by firstOffset
 
 
 class CleanedTransactionMetadata:

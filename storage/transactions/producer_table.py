@@ -13,7 +13,7 @@ import numpy as np
 from ..common.constants import INT32_MAX
 from ..errors import TooManyProducersError
 from ..file_records import BatchChunk
-from ..records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MASK
+from ..records.record_batch import CONTROL_FLAG_MASK
 from .producer_snapshot import PRODUCER_ENTRY_DTYPE, latest_valid_snapshot, write_snapshot
 from .transaction_index import AbortedTxn
 from .transaction_state import MAX_OPEN_TRANSACTIONS, TransactionScan, read_end_marker
@@ -131,7 +131,7 @@ class ProducerTable:
         self.aborted += self.txns.feed(chunk)
         attrs = headers["attributes"].astype(np.int64)
         control = attrs & CONTROL_FLAG_MASK != 0
-        markers = control & (attrs & TRANSACTIONAL_FLAG_MASK != 0) & (headers["record_count"].astype(np.int64) > 0)
+        markers = control & (headers["record_count"].astype(np.int64) > 0)  # Kafka: isControlBatch, bit or not
         last_data = _last_per_producer(pids, np.flatnonzero(has_pid & ~control))
         last_marker = _last_per_producer(pids, np.flatnonzero(has_pid & markers))
         new = (last_data.keys() | last_marker.keys()) - self.entries.keys()

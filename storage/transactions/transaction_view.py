@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CorruptIndexError
+from ..errors import CorruptIndexError, TooManyAbortedTransactionsError, TransactionStateError
 from ..topic_partition import TXN_INDEX_FILE_SUFFIX, segment_file_name
 from .transaction_index import ABORTED_TXN_DTYPE, TransactionIndex
 
 if TYPE_CHECKING:  # the transaction state loads Arrow (marker decoding): only a read_committed use imports it
+    from .transaction_fates import TransactionFates
     from .transaction_state import TransactionState
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,35 @@ class TransactionView:
             index.close()
             log.info("rebuilt transaction index %s (%d entries)", owner.fs.url(index.path), len(rebuilt))
 
+    def fates(self, log_end: int) -> TransactionFates:
+        """A fresh TransactionFates for one read_committed read of the Log up to `log_end`."""
+        from .transaction_fates import TransactionFates
+
+        return TransactionFates(self._log, log_end)
+
+    def open_transaction_found(self, open_at: int, served_below: int, log_end: int) -> int:
+        """A read found a transactional data batch at `open_at` with no marker up to the log end, below the
+        state's last stable offset: the state missed an open transaction (a snapshot that hid it). The state is
+        rebuilt from the log start; the new last stable offset is returned (at most `open_at`). A read that
+        served records at or past it (all it served lies below `served_below`) raises TransactionStateError."""
+        from .transaction_state import TransactionState
+
+        log.warning(
+            "%s: a transaction open at offset %d is missing from the transaction state; scanning the log from "
+            "its start",
+            self._log.fs.url(self._log.dir),
+            open_at,
+        )
+        self._state = state = TransactionState.load(self._log, log_end, from_log_start=True)
+        lso = min(open_at, state.last_stable_offset(self._log.log_start_offset, log_end))
+        if lso < served_below:
+            raise TransactionStateError(
+                f"{self._log.fs.url(self._log.dir)}: read_committed served records up to offset {served_below - 1}, "
+                f"past the last stable offset {lso} the log holds (a producer snapshot hid an open transaction); "
+                f"read again"
+            )
+        return lso
+
     def last_stable_offset(self, log_end: int) -> int:
         """The first offset of the earliest transaction still open, else `log_end` (the Log's end offset)."""
         return self.state(log_end).last_stable_offset(self._log.log_start_offset, log_end)
@@ -116,19 +146,87 @@ class TransactionView:
         that is missing or bad."""
         return self._aborted_entries(seg, log_end)
 
-    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int, log_end: int) -> np.ndarray:
+    def collect_aborted_txns(
+        self, start_offset: int, upper_bound_offset: int, log_end: int, *, max_entries: int | None = None
+    ) -> np.ndarray:
         """The aborted transactions (ABORTED_TXN_DTYPE rows) overlapping [start_offset, upper_bound_offset), as
-        Kafka's UnifiedLog.collectAbortedTransactions: from the index of the segment holding start_offset on,
-        until an entry's lastStableOffset reaches upper_bound_offset. A segment with no `.txnindex` has none,
-        unless the transaction state's scan found aborts in it. Segments past the bound are searched too: an
-        aborted transaction's entry sits in the segment of its ABORT marker, which may lie past the bound."""
+        Kafka's UnifiedLog.collectAbortedTransactions (_collect_from_indexes), each checked against the log
+        (index_disagrees): an entry the log does not back, or an abort the log holds that no entry covers, makes
+        the state rebuild every index's entries from the log (a scan from the log start; a writer rewrites the
+        files) and the answer come from those. The cleaner removes what this returns: nothing unverified. More
+        than `max_entries` rows raise TooManyAbortedTransactionsError before the next index is read."""
+        found = self._collect_from_indexes(start_offset, upper_bound_offset, log_end, max_entries)
+        why = self.index_disagrees(found, start_offset, min(upper_bound_offset, log_end), log_end)
+        if why is None:
+            return found
+        from .transaction_state import TransactionState
+
+        log.warning("%s; rebuilding the transaction indexes' entries from the log", why)
+        self._state = state = TransactionState.load(self._log, log_end, from_log_start=True, compare_indexes=True)
+        self._rewrite_indexes(state)
+        return self._collect_from_indexes(start_offset, upper_bound_offset, log_end, max_entries)
+
+    def index_disagrees(self, found: np.ndarray, start: int, end: int, log_end: int) -> str | None:
+        """Why the collected entries `found` are not what the log holds over [start, end) (None: they agree):
+        every transactional data batch there that its producer's next marker aborts lies in an entry of that
+        producer ending at that marker, none that a COMMIT decides lies in one, and each entry whose lastOffset
+        falls in the range ends at an ABORT marker of its producer. A header scan of the range (plus the
+        forward scan TransactionFates makes for producers undecided at its end)."""
+        from .control_records import ControlRecordType
+        from .transaction_fates import TransactionFates, marker_rows
+
+        start = max(start, self._log.log_start_offset)  # below it the data is gone: nothing to check
+        if start >= end:
+            return None
+        fates = TransactionFates(self._log, log_end)
+        pid_e = found["producer_id"].astype(np.int64)
+        first_e = found["first_offset"].astype(np.int64)
+        last_e = found["last_offset"].astype(np.int64)
+        url = self._log.fs.url(self._log.dir)
+        for chunk in self._log.read(start, end):
+            fate, marker_at, _ = fates.decide(chunk)
+            h = chunk.scan.headers
+            bases = h["base_offset"].astype(np.int64)
+            pids = h["producer_id"].astype(np.int64)
+            for i in np.flatnonzero(fate >= 0).tolist():  # per transactional data batch decided by a marker
+                b, p = int(bases[i]), int(pids[i])
+                cover = (pid_e == p) & (first_e <= b) & (last_e >= b)
+                if fate[i] == ControlRecordType.ABORT and not (cover & (last_e == marker_at[i])).any():
+                    return f"{url}: no transaction index entry covers producer {p}'s aborted batch at {b}"
+                if fate[i] == ControlRecordType.COMMIT and cover.any():
+                    return f"{url}: a transaction index entry of producer {p} covers its committed batch at {b}"
+            m = marker_rows(h)
+            ends = set(zip(pids[m].tolist(), bases[m].tolist(), strict=True))
+            lo, hi = int(bases[0]), int(bases[-1]) + int(h["last_offset_delta"][-1])
+            for k in np.flatnonzero((last_e >= lo) & (last_e <= hi)).tolist():
+                p, last = int(pid_e[k]), int(last_e[k])
+                if (p, last) not in ends:
+                    return f"{url}: a transaction index entry of producer {p} ends at {last}, where it has no marker"
+        return None
+
+    def _collect_from_indexes(
+        self, start_offset: int, upper_bound_offset: int, log_end: int, max_entries: int | None = None
+    ) -> np.ndarray:
+        """Kafka's UnifiedLog.collectAbortedTransactions over the `.txnindex` files (or the state's stand-ins):
+        from the index of the segment holding start_offset on, until an entry's lastStableOffset reaches
+        upper_bound_offset. Segments past the bound are searched too: an aborted transaction's entry sits in the
+        segment of its ABORT marker, which may lie past the bound."""
         from .transaction_state import collect_aborted
 
         found = []
+        total = 0
         start = max(0, self._segments.floor_index(start_offset))
         for k in range(start, len(self._segments)):
             seg = self._segments[k]
             entries, complete = collect_aborted(self._aborted_entries(seg, log_end), start_offset, upper_bound_offset)
+            total += len(entries)
+            if max_entries is not None and total > max_entries:
+                tp = self._log.tp
+                raise TooManyAbortedTransactionsError(
+                    f"partition {tp.topic}-{tp.partition}: more than {max_entries} aborted transactions overlap "
+                    f"offsets {start_offset}..{upper_bound_offset - 1} (read up to segment {seg.base_offset}): more "
+                    f"than one pass holds"
+                )
             found.append(entries)
             if complete:
                 break

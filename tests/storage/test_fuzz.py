@@ -34,11 +34,10 @@ Transaction mode (`python -m tests.fuzz.runner --txn`; tests/fuzz/mutate_txn.py)
 markers, `.txnindex` files and producer snapshots damaged, operations a-h (g read_committed, h consume
 --isolation-level read_committed; e and f also read at read_committed), judged against the oracle's
 read_committed answer from the log bytes alone. Quick: the clean partition through a-h (in the clean-corpus
-test) and TXN_QUICK_MUTANTS of one seed. Long (--fuzz-long): TXN_LONG_SEEDS x TXN_LONG_MUTANTS. Known gap
-(see `hint_trusted`): the engine's read_committed trusts `.txnindex` entries and snapshots below its scan,
-as Kafka's broker does, so a removed or shifted entry, an open transaction erased from a snapshot with its
-CRC fixed, or a marker whose meaning changed behind a good CRC changes what it serves; those outcomes are
-counted and listed, not failed, and `test_txn_known_gap` fails once the engine verifies its hints.
+test) and TXN_QUICK_MUTANTS of one seed. Long (--fuzz-long): TXN_LONG_SEEDS x TXN_LONG_MUTANTS. Hints are
+verified, not obeyed: a `.txnindex` entry removed, added or shifted, an open transaction erased from a snapshot
+with its CRC fixed, or a marker whose meaning changed behind a good CRC must not change what read_committed
+serves (TXN_HINT_CASES: mutants the engine got wrong while it trusted them).
 
 The done-criterion (>= 300 mutants x 6 operations, and the object-store mode): no SILENT_WRONG,
 LOST, MEMORY, BAD_ERROR or HANG. No test here sleeps or races a clock; the timeout only detects hangs.
@@ -77,21 +76,10 @@ TXN_QUICK_SEED = 301
 TXN_QUICK_MUTANTS = 12
 TXN_LONG_SEEDS = [1, 2, 3, 4]
 TXN_LONG_MUTANTS = 100
-# (seed, mutant) of the transaction mode the engine gets wrong today (hint_trusted): an entry removed from
+# (seed, mutant) of the transaction mode the engine got wrong while it trusted its hints: an entry removed from
 # 00000000000000000272.txnindex, an open transaction erased from the latest snapshot (CRC fixed), a COMMIT
 # marker turned ABORT behind a good CRC below the latest snapshot
-TXN_KNOWN_GAP = [(1, 10), (1, 37), (1, 7)]
-
-
-def hint_trusted(o) -> bool:
-    """A read_committed answer that differs from the log's because the engine used a `.txnindex` entry, a
-    snapshot, or a marker's meaning that the log no longer backs (the damage the txn families make behind
-    intact CRCs): the known gap the module docstring names."""
-    if o.cls != "SILENT_WRONG" or o.op not in ("read_committed", "consume_committed", "recover_ckpt", "recover_full"):
-        return False
-    if o.op.startswith("recover") and "read_committed after reopening" not in o.detail:
-        return False
-    return o.family in ("txnindex", "snapshot") or (o.family == "marker" and o.mutation.endswith("CRC fixed"))
+TXN_HINT_CASES = [(1, 10), (1, 37), (1, 7)]
 
 
 def long_mode(config) -> bool:
@@ -234,12 +222,11 @@ def txn_fuzz_runner(fuzz_corpus, tmp_path_factory):
 def test_txn_fuzz_quick(txn_fuzz_runner):
     outcomes = txn_fuzz_runner.run(range(TXN_QUICK_MUTANTS), seed=TXN_QUICK_SEED)
     assert len(outcomes) == TXN_QUICK_MUTANTS * len(O.TXN_OPS)
-    assert_no_failures(outcomes, f"txn seed {TXN_QUICK_SEED}", allow=hint_trusted)
+    assert_no_failures(outcomes, f"txn seed {TXN_QUICK_SEED}")
 
 
-@pytest.mark.xfail(strict=True, reason="read_committed trusts .txnindex entries and snapshots (hint_trusted)")
-@pytest.mark.parametrize("seed,k", TXN_KNOWN_GAP)
-def test_txn_known_gap(txn_fuzz_runner, seed, k):
+@pytest.mark.parametrize("seed,k", TXN_HINT_CASES)
+def test_txn_hint_not_obeyed(txn_fuzz_runner, seed, k):
     outcomes = txn_fuzz_runner.run([k], seed=seed, ops=["read_committed"])
     assert_no_failures(outcomes, f"txn seed {seed}, mutant {k}")
 
@@ -254,9 +241,8 @@ def test_txn_fuzz_long(fuzz_corpus, tmp_path, request, seed):
         outcomes = runner.run(range(TXN_LONG_MUTANTS), seed=seed)
     finally:
         runner.close()
-    gaps = [o for o in outcomes if hint_trusted(o)]
-    print(f"txn seed {seed}: {len(gaps)} outcome(s) of the known gap (hint_trusted)\n{summary_table(outcomes)}")
-    assert_no_failures(outcomes, f"txn seed {seed}, mutants 0..{TXN_LONG_MUTANTS - 1}", allow=hint_trusted)
+    print(f"txn seed {seed}\n{summary_table(outcomes)}")
+    assert_no_failures(outcomes, f"txn seed {seed}, mutants 0..{TXN_LONG_MUTANTS - 1}")
 
 
 @pytest.fixture(scope="session")

@@ -148,11 +148,13 @@ def test_the_latest_snapshot_is_used_and_a_corrupt_one_skipped(root, caplog):
     lm = write(root, *BATCHES)
     d = os.path.join(root, "t-0")
     # a snapshot at the log end that says producer 2 still holds its transaction open from offset 3 (its first
-    # transactional batch, so the snapshot passes the reader's check): the state starts there, so the LSO is 3
-    # (p2's COMMIT at 7, below the snapshot, is not scanned)
+    # transactional batch) though the log holds p2's COMMIT at 7 below it: the reader checks the claim against
+    # the log, distrusts the snapshot and scans from the log start (LSO 8: p3 opens at 8)
     path = write_snapshot(lm.fs, d, 10, [_snapshot_entry(2, 3)])
     with lm.open_log(TP) as log:
-        assert log.last_stable_offset == 3
+        assert log.last_stable_offset == 8
+    assert "has a marker at 7" in caplog.text
+    caplog.clear()
     raw = bytearray(open(path, "rb").read())
     raw[-1] ^= 0xFF  # the CRC no longer matches
     open(path, "wb").write(bytes(raw))
