@@ -20,6 +20,19 @@ from tools.realkafka import jars  # noqa: E402
 from tools.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY, S3Server  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _memory_store_emptied_of_what_each_test_wrote():
+    """fsspec's memory store is one dict per process, and its exists() scans every key: left to grow over
+    the suite, it made the crash-matrix tests 2-3x slower than alone. Each test's new files go after it."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    files, dirs = set(MemoryFileSystem.store), set(MemoryFileSystem.pseudo_dirs)
+    yield
+    for k in set(MemoryFileSystem.store) - files:
+        MemoryFileSystem.store.pop(k, None)
+    MemoryFileSystem.pseudo_dirs[:] = [d for d in MemoryFileSystem.pseudo_dirs if d in dirs]
+
+
 @pytest.fixture
 def root(tmp_path):
     return str(tmp_path / "logs")

@@ -23,7 +23,7 @@ from storage.transactions.writer_state import STATE_FILE
 from tests.helpers.kafka_reference import kafka_recovery_entries, kp_parse
 
 TP = TopicPartition("t", 0)
-COMMITS = int(os.environ.get("KAFKALOG_RACE_COMMITS", 60))  # per writer; 200 in the run
+COMMITS = int(os.environ.get("KAFKALOG_RACE_COMMITS", 30))  # per writer; 200 in the run
 REPLAY_EVERY = 10  # Spark delivers a batch again now and then: the same batch id, staged afresh
 
 
