@@ -31,8 +31,13 @@ import fsspec.config
 
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
 from storage.fs.storage_options import storage_options_from_cli
-from storage.log_config import CONFIG_KEYS_BY_NAME, InvalidOptionValueError, parse_config_pairs, parse_option
-from storage.log_maintenance import DEFAULT_CHECK_INTERVAL_MS, run_forever, run_once
+from storage.log_config import (
+    CONFIG_KEYS_BY_NAME,
+    DEFAULT_CHECK_INTERVAL_MS,
+    InvalidOptionValueError,
+    parse_config_pairs,
+    parse_option,
+)
 from storage.log_manager import CHECKPOINT_FILES, ROOT_LOCK_FILE, LogManager
 from storage.metadata.topic_metadata import TOPIC_FILE_SUFFIX
 from storage.topic_partition import TopicPartition, parse_log_dir_name, parse_partition_dir, parse_segment_file
@@ -660,6 +665,8 @@ def cmd_maintain(args, stdin, out, err) -> int:
         out=out,
         storage_options=storage_options_from_cli(args.fs),
     )
+    from storage.log_maintenance import run_forever, run_once  # the cleaner and its numba kernels: maintain only
+
     if args.spark:
         from .maintenance import run_on_spark
 

@@ -30,6 +30,8 @@ CLEANUP_POLICY_COMPACT = "compact"
 #: Topic-level compression.type values (Kafka's BrokerCompressionType). A producer says "none".
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+#: Broker-level log.retention.check.interval.ms: how often the maintenance job passes over the logs.
+DEFAULT_CHECK_INTERVAL_MS = 300_000
 
 
 # ---------------------------------------------------------------- validators

@@ -29,6 +29,7 @@ from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments
 from .common.time import SYSTEM_TIME
 from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
+from .log_config import DEFAULT_CHECK_INTERVAL_MS
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
@@ -43,8 +44,6 @@ from .transactions.transaction_coordinator import (
     list_decisions,
 )
 from .transactions.writer_state import find_marker
-
-DEFAULT_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
 
 
 @dataclass
