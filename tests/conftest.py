@@ -97,8 +97,8 @@ def pytest_addoption(parser):
         type=int,
         default=0,
         metavar="N",
-        help="driver kills in tests/spark/test_spark_kill.py (default 6; the acceptance run is 20; also "
-        "KAFKALOG_KILL_ROUNDS)",
+        help="driver kills in tests/spark/test_spark_kill.py (default 3; the acceptance run is 20; also "
+        "KAFKALOG_KILL_ROUNDS); set, it also runs the driver kill on a cluster (tests/spark/test_spark_cluster.py)",
     )
     parser.addoption(
         "--fuzz-long",

@@ -18,7 +18,8 @@ and with kafka-python: every row exactly once, offsets dense from 0 per partitio
   These three share one driver and cluster (the `group` fixture): sink, then reads, then maintenance.
 - the driver SIGKILLed (driver, its JVM, the cluster it started) mid-stream, just after its tasks staged
   their rows, then a new driver finishes from the same checkpoint
-  (test_driver_kill_then_restart_from_the_checkpoint)
+  (test_driver_kill_then_restart_from_the_checkpoint; with the driver-kill runs, `--kill-rounds N`: the
+  default suite kills drivers in local mode, tests/spark/test_spark_kill.py)
 - the sink on the S3 test server while executors are killed: the executors share only the object
   store, for data (test_s3_sink_survives_executor_kills; the hold file is the test's control channel)
 
@@ -629,7 +630,10 @@ def test_maintenance_job_beside_a_live_stream(group):
 DRIVER_KILL_MODES = ("staged",)
 
 
-def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env):
+def test_driver_kill_then_restart_from_the_checkpoint(tmp_path, spark_env, pytestconfig):
+    if not (pytestconfig.getoption("--kill-rounds") or os.environ.get("KAFKALOG_KILL_ROUNDS")):
+        # two cluster starts (about a minute); the default suite kills the driver in local mode (test_spark_kill)
+        pytest.skip("the driver kill on a cluster runs with the driver-kill runs: pass --kill-rounds N")
     rng = random.Random(SEED + 1)
     control, root, ckpt = tmp_path / "control", str(tmp_path / "logs"), str(tmp_path / "ckpt")
     spec = {
