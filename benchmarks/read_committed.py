@@ -26,8 +26,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # sink: the CPU meters
 
 import pyarrow as pa  # noqa: E402
+from sink import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.builder import build_batch  # noqa: E402
@@ -39,18 +41,6 @@ TP = TopicPartition("t", 0)
 PRODUCERS = 4
 BATCHES_PER_TXN = 5
 RECORDS_PER_BATCH = 20
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all processes have been busy since boot (every core), from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def batch(pid: int, n: int, seq: int, *, transactional: bool = True) -> bytes:

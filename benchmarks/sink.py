@@ -87,6 +87,12 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def register_python_noop(spark) -> None:
     """format("python_noop"): a Python streaming sink that reads every Arrow batch and keeps nothing."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage

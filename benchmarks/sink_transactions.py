@@ -20,25 +20,15 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # sink: the CPU meters
 
 import pyarrow as pa  # noqa: E402
+from sink import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
 from storage.records.record_batch import CompressionType  # noqa: E402
 from storage.staging.record_stager import RecordStager  # noqa: E402
 from storage.staging.staged_commit import commit_staged  # noqa: E402
-
-
-def machine_busy_seconds() -> float:
-    """CPU seconds all processes have been busy since boot (every core), from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def stage(root: str, topic: str, partitions: int, table: pa.Table):
