@@ -6,7 +6,8 @@
     kafkalog dump-log FILE...    kafka-dump-log.sh (DumpLogSegments)
     kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
     kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
-    kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints
+    kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints, tables
+    kafkalog table ROOT ...      one pass of a topic's Iceberg table (table.mode)
     kafkalog export-to-broker .. hand a topic to a Kafka broker: partition dirs for its log.dir
 
 Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2; Ctrl-C
@@ -303,6 +304,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument("--master", default="local[*]", help="with --spark: the Spark master URL (default local[*])")
     m.set_defaults(func=cmd_maintain, parser=m)
+
+    tb = sub.add_parser(
+        "table",
+        help="one pass of a topic's Iceberg table (table.mode): its committed records since the last one",
+        description="Keep a topic's Iceberg table up to date now: one materialization pass, as `maintain` runs "
+        "for every table (docs/tables.md). The last line names the table and its current metadata file, "
+        "which any Iceberg reader opens without the catalog.",
+    )
+    _root_arguments(tb)
+    tb.add_argument("--topic", required=True)
+    tb.add_argument(
+        "--forget",
+        action="store_true",
+        help="forget the topic's table instead (ROOT's record of it): its table configs may then change and the "
+        "next pass makes or adopts a table from the log start; the table itself stays in its catalog",
+    )
+    tb.set_defaults(func=cmd_table, parser=tb)
 
     x = sub.add_parser(
         "export-to-broker",
@@ -633,9 +651,27 @@ def cmd_describe(args, stdin, out, err) -> int:
     lines = [f"Log dir: {doc.root}", ""]
     lines += _table(["TOPIC", "PARTITION", "LOG-START-OFFSET", "LOG-END-OFFSET", "SIZE", "SEGMENTS"], parts)
     lines += [""] + _table(["TOPIC", "PARTITION", "BASE-OFFSET", "SIZE", "LARGEST-TIMESTAMP"], segs)
+    tables = [_table_row(t) for t in doc.topics if t.table is not None]
+    if tables:
+        header = ["TOPIC", "TABLE", "MODE", "OFFSETS-BEHIND", "TIME-BEHIND-MS", "LAST-COMMIT-MS", "GAPS"]
+        lines += [""] + _table(header, [row for row, _ in tables])
+        lines += [note for _, notes in tables for note in notes]
     lines += ["", f"{len(doc.topics)} topic(s), {len(parts)} partition(s), {len(segs)} segment(s), {total} bytes"]
     out.write("\n".join(lines) + "\n")
     return 0
+
+
+def _table_row(t) -> tuple[list, list[str]]:
+    """A topic's table as a row of describe's TABLES section, and the lines under it (gaps, errors)."""
+    d = t.table
+    notes = [f"  {t.topic}: table state: {d.error}" for _ in [0] if d.error]
+    notes += [
+        f"  {t.topic}: GAP: partition {p} offsets {a}..{b - 1} were deleted from the log before the table had them"
+        for p, a, b in d.gaps
+    ]
+    mode = d.mode + (" (paused: table.mode=off)" if d.paused else "")
+    last = d.committed_at_ms if d.committed_at_ms >= 0 else "never"
+    return [t.topic, d.table, mode, d.offsets_behind, d.time_behind_ms, last, len(d.gaps)], notes
 
 
 # ---------------------------------------------------------------- delete-records
@@ -676,7 +712,62 @@ def cmd_maintain(args, stdin, out, err) -> int:
     else:
         run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
         return 0
-    return 1 if any(r.errors for r in reports) else 0
+    return 1 if any(r.errors for r in reports) or any(t.error for t in getattr(reports, "tables", ())) else 0
+
+
+# ---------------------------------------------------------------- table
+
+
+class _TableProgress:
+    """A bar of offsets read on a terminal, cleared before the pass's own lines."""
+
+    def __init__(self, out):
+        self.out, self.shown = out, False
+
+    def __call__(self, done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(1, total)
+        self.out.write(f"\r\033[K[{'#' * filled}{'.' * (width - filled)}] {done}/{total} offsets read")
+        self.out.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.out.write("\r\033[K")
+            self.out.flush()
+
+
+def cmd_table(args, stdin, out, err) -> int:
+    from storage.tables.table_config import TableConfig, require_pyiceberg
+    from storage.tables.table_state import forget_state
+
+    lm = _existing(args)
+    meta = lm.topic(args.topic)
+    if args.forget:
+        gone = forget_state(lm.fs, lm.root, args.topic)
+        out.write(
+            f"Forgot the table of topic {args.topic}.\n" if gone else f"Topic {args.topic} has no table to forget.\n"
+        )
+        return 0
+    if TableConfig.of(args.topic, meta.config) is None:
+        raise InvalidConfigError(
+            f"topic '{args.topic}' has no table: set one with kafkalog topics ROOT --alter --topic {args.topic} "
+            f"--add-config table.mode=append (docs/tables.md)"
+        )
+    require_pyiceberg(args.topic)
+    from storage.tables.materializer import materialize_topic
+
+    progress = _TableProgress(out) if _isatty(out) else None
+    try:
+        rep = materialize_topic(lm, args.topic, storage_options=storage_options_from_cli(args.fs), progress=progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    out.write(rep.line() + "\n")
+    if rep.error:
+        return 1
+    out.write(f"table {rep.table}: {rep.metadata_location}\n")
+    return 0
 
 
 # ---------------------------------------------------------------- export-to-broker

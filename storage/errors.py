@@ -162,3 +162,17 @@ class TooManyAbortedTransactionsError(KafkaStorageError):
 class TransactionAbortedError(KafkaStorageError):
     """A sink transaction lost its decision: another opener aborted it first (Kafka's
     TransactionAbortedException); its data is kept behind ABORT markers and the batch may be replayed."""
+
+
+class TableError(KafkaLogError):
+    """A topic's Iceberg table cannot be kept (docs/tables.md): the tables extra is missing, a table config
+    does not fit the table, or the table is not the one this topic wrote. The log is never touched."""
+
+
+class TableCatalogError(TableError):
+    """The table's catalog cannot be reached or refused a request; names the catalog and the table."""
+
+
+class TableConflictError(TableError):
+    """The table changed under the materializer: someone else committed, altered, dropped or recreated it.
+    Nothing was committed by the pass that raised it."""

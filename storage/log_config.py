@@ -30,6 +30,11 @@ CLEANUP_POLICY_COMPACT = "compact"
 #: Topic-level compression.type values (Kafka's BrokerCompressionType). A producer says "none".
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+#: table.mode values (docs/tables.md): no table, every committed record a row, or one row per key.
+TABLE_MODES = ("off", "append", "upsert")
+#: table.partition.by values: the Iceberg transform of the record timestamp the table is partitioned by.
+TABLE_PARTITIONS = ("hour", "day", "month", "year", "none")
+TABLE_VALUE_FORMATS = ("none", "json")
 #: Broker-level log.retention.check.interval.ms: how often the maintenance job passes over the logs.
 DEFAULT_CHECK_INTERVAL_MS = 300_000
 
@@ -89,6 +94,22 @@ class ValidList:
 
     def __str__(self):
         return "[" + ", ".join(self.values) + "]"
+
+
+@dataclass(frozen=True)
+class ValidName:
+    """A string matching a pattern (Iceberg identifiers: no quoting needed in Spark SQL or DuckDB)."""
+
+    pattern: str
+    hint: str
+
+    def check(self, value) -> str | None:
+        if not re.fullmatch(self.pattern, value):
+            return f"{self.hint}"
+        return None
+
+    def __str__(self):
+        return self.hint
 
 
 @dataclass(frozen=True)
@@ -253,6 +274,57 @@ CONFIG_KEYS: tuple[ConfigKey, ...] = (
     _k("segment.index.bytes", "int", 10485760, Range(4), "Largest offset/time index file of a segment."),
     _k("segment.jitter.ms", "long", 0, Range(0), "Random jitter subtracted from segment.ms per segment."),
     _k("segment.ms", "long", 604800000, Range(1), "Roll a new segment when the active one is this old."),
+    _k(
+        "table.catalog",
+        "string",
+        "",
+        ValidName(r"[A-Za-z0-9_-]{0,64}", "empty (ROOT's own catalog) or a pyiceberg catalog name of [A-Za-z0-9_-]"),
+        "kafkalog: the pyiceberg catalog of the topic's table; empty: the SQLite catalog kept inside ROOT.",
+    ),
+    _k(
+        "table.mode",
+        "string",
+        "off",
+        ValidString(TABLE_MODES),
+        "kafkalog: keep the topic as an Iceberg table: append (a row per record), upsert (a row per key; "
+        "compacted topics), off.",
+    ),
+    _k(
+        "table.name",
+        "string",
+        "",
+        ValidName(r"[A-Za-z0-9_-]{0,200}", "empty (the topic, '.' as '_') or a name of [A-Za-z0-9_-]"),
+        "kafkalog: the table's name in table.namespace; empty: the topic's name with '.' as '_'.",
+    ),
+    _k(
+        "table.namespace",
+        "string",
+        "kafkalog",
+        ValidName(r"[A-Za-z0-9_]{1,64}(\.[A-Za-z0-9_]{1,64}){0,3}", "names of [A-Za-z0-9_] joined by '.'"),
+        "kafkalog: the Iceberg namespace of the table.",
+    ),
+    _k(
+        "table.partition.by",
+        "string",
+        "day",
+        ValidString(TABLE_PARTITIONS),
+        "kafkalog: the table's hidden partitioning, a transform of the record timestamp (none: unpartitioned).",
+    ),
+    _k(
+        "table.value.format",
+        "string",
+        "none",
+        ValidString(TABLE_VALUE_FORMATS),
+        "kafkalog: json parses each value into the columns of table.value.schema (records that do not parse go "
+        "to the errors table); none keeps the value as bytes only.",
+    ),
+    _k(
+        "table.value.schema",
+        "string",
+        "",
+        None,
+        "kafkalog: with table.value.format=json, the value's columns as a Spark DDL string ('id BIGINT, name STRING').",
+    ),
     _k(
         "unclean.leader.election.enable",
         "boolean",
@@ -479,6 +551,13 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     segment_jitter_ms: int = 0
     segment_ms: int = 604800000
+    table_catalog: str = ""
+    table_mode: str = "off"
+    table_name: str = ""
+    table_namespace: str = "kafkalog"
+    table_partition_by: str = "day"
+    table_value_format: str = "none"
+    table_value_schema: str = ""
     unclean_leader_election_enable: bool = False
     # Kafka names given explicitly (Kafka's overriddenConfigs); not part of equality.
     explicit: frozenset = dataclasses.field(default=frozenset(), repr=False, compare=False)
@@ -500,6 +579,29 @@ class LogConfig:
                 f"conflicting topic config: min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
                 f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
             )
+        self._check_table_configs()
+
+    def _check_table_configs(self) -> None:
+        """The table.* keys together: upsert needs a compacted topic, a JSON value format its schema."""
+        if self.table_mode == "upsert" and not self.compact:
+            raise InvalidConfigError(
+                "conflicting topic config: table.mode=upsert keeps one row per key, for compacted topics: it needs "
+                f"cleanup.policy with compact (it is {format_value('list', self.cleanup_policy) or 'empty'})"
+            )
+        if self.table_value_format == "json" and not self.table_value_schema:
+            raise InvalidConfigError(
+                "conflicting topic config: table.value.format=json needs table.value.schema, the value's columns "
+                "as a Spark DDL string ('id BIGINT, name STRING')"
+            )
+        if self.table_value_schema:
+            if self.table_value_format != "json":
+                raise InvalidConfigError(
+                    "conflicting topic config: table.value.schema is set but table.value.format is "
+                    f"{self.table_value_format!r}: set table.value.format=json to parse values into its columns"
+                )
+            from .tables.value_schema import parse_value_schema  # pure Python: no Arrow or Iceberg here
+
+            parse_value_schema(self.table_value_schema)
 
     # -- construction
     @classmethod

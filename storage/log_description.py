@@ -43,14 +43,46 @@ class PartitionDescription:
 
 
 @dataclass(frozen=True)
+class TableDescription:
+    """A topic's Iceberg table as ROOT's table state records it (storage/tables/table_state.py), and its lag:
+    offsets and time behind the log end. `error`: the state could not be read."""
+
+    table: str
+    mode: str
+    paused: bool  # table.mode is off now, the table stays
+    next_offsets: dict[int, int]
+    offsets_behind: int  # the log end offsets less the table's, summed over partitions
+    time_behind_ms: int  # the newest record timestamp in the log less the newest in the table (0: caught up)
+    metadata_location: str
+    committed_at_ms: int  # -1: nothing committed yet
+    gaps: tuple[tuple[int, int, int], ...]
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "table": self.table,
+            "mode": self.mode,
+            "paused": self.paused,
+            "nextOffsets": {str(p): o for p, o in sorted(self.next_offsets.items())},
+            "offsetsBehind": self.offsets_behind,
+            "timeBehindMs": self.time_behind_ms,
+            "metadataLocation": self.metadata_location,
+            "committedAtMs": self.committed_at_ms,
+            "gaps": [list(g) for g in self.gaps],
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+@dataclass(frozen=True)
 class TopicDescription:
-    """One described topic: its id (None for a topic Kafka wrote, with no topic file), config overrides
-    and partitions."""
+    """One described topic: its id (None for a topic Kafka wrote, with no topic file), config overrides,
+    partitions and its Iceberg table (None: not kept as one)."""
 
     topic: str
     topic_id: str | None
     config: dict[str, str]
     partitions: tuple[PartitionDescription, ...]
+    table: TableDescription | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -58,6 +90,7 @@ class TopicDescription:
             "partitions": [p.to_dict() for p in self.partitions],
             "config": self.config,
             "topicId": self.topic_id,
+            **({"table": self.table.to_dict()} if self.table is not None else {}),
         }
 
 

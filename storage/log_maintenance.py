@@ -14,6 +14,10 @@ time, by a create-only lease (storage/objects/maintenance_lease.py).
 A pass runs its partitions here, or hands them to a `distribute` function that runs slices of them
 elsewhere (kafkalog_ds.maintenance: as Spark tasks), each slice by maintain_partitions. The command
 is `kafkalog maintain` (kafkalog_ds/cli.py).
+
+Before the partitions, a pass keeps each topic's Iceberg table (table.mode, storage/tables): one
+materialization per table, its data files written here or by `distribute_writes` (Spark tasks), one catalog
+commit per table. It comes first so that retention, which waits for the table, can free what it just took.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from .cleaner.cleaner_config import CleanerConfig
 from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments
 from .common.time import SYSTEM_TIME
-from .errors import MaintenanceLeaseError, UnknownTopicOrPartitionError
+from .errors import KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_config import DEFAULT_CHECK_INTERVAL_MS
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
 from .objects.object_snapshots import delete_snapshots_below_start, snapshot_merged_segments
 from .segment_swap import complete_pending_swaps
+from .tables.table_config import TableConfig, require_pyiceberg
+from .tables.table_report import TableReport
 from .topic_partition import TopicPartition
 from .transactions.producer_state_manager import ProducerStateManager
 from .transactions.transaction_coordinator import (
@@ -97,6 +103,18 @@ class PartitionReport:
         what.append(f"log start {self.log_start_offset}")
         status = "FAILED: " + "; ".join(self.errors) if self.errors else "ok"
         return f"{self.topic}-{self.partition}: {status}; " + ", ".join(what) + f" ({self.duration_s:.2f}s)"
+
+
+class PassReports(list):
+    """A pass's PartitionReports (a list, as before tables), with `tables`: its TableReports."""
+
+    def __init__(self, reports=(), tables=()):
+        super().__init__(reports)
+        self.tables: list[TableReport] = list(tables)
+
+    @property
+    def failed(self) -> bool:
+        return any(r.errors for r in self) or any(t.error for t in self.tables)
 
 
 #: Runs a pass's partitions elsewhere: called with the partitions and the arguments that follow the slice
@@ -234,7 +252,9 @@ def _maintain_objects(
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"delayed deletes: {type(e).__name__}: {e}")
     try:
-        r = delete_old_segment_objects(log, lambda lg: lm.update_checkpoints({}, {tp: lg.log_start_offset}), now_ms=now)
+        r = delete_old_segment_objects(
+            log, lambda lg: lm.update_checkpoints({}, {tp: lg.log_start_offset}), now_ms=now, hold=lm.table_hold(tp)
+        )
         rep.segments_deleted = r.segments_deleted
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"retention: {type(e).__name__}: {e}")
@@ -295,11 +315,13 @@ def run_once(
     distribute: Distribute | None = None,
     fs=None,
     clock=None,
-) -> list[PartitionReport]:
-    """One pass over every partition (of `topics`, if given), then the root's duties. With `distribute`,
-    the partitions are maintained by it (see Distribute) instead of here, one after another. `clock` (ms)
-    is what the object-store lease runs on: by default now_ms plus the time the pass has taken (tests
-    give a clock of their own)."""
+    distribute_writes=None,
+) -> PassReports:
+    """One pass over every table and partition (of `topics`, if given), then the root's duties. With
+    `distribute`, the partitions are maintained by it (see Distribute) instead of here, one after another,
+    and with `distribute_writes` the tables' data files are written by it (materializer.DistributeWrites).
+    `clock` (ms) is what the object-store lease runs on: by default now_ms plus the time the pass has taken
+    (tests give a clock of their own)."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     cc = CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
     lm = LogManager(root, storage_options, fs=fs)
@@ -309,16 +331,47 @@ def run_once(
         lease = MaintenanceLease(lm.fs, lm.root, ttl_ms=cc.lease_ttl_ms, clock=lease_clock).acquire()
     try:
         with lease.keep_alive() if lease is not None else contextlib.nullcontext():
+            tables = table_passes(lm, topics, now, storage_options, out, distribute_writes)
             reports = _pass(lm, root, topics, now, storage_options, cleaner_settings, out, distribute, lease, fs)
     finally:
         if lease is not None:
             lease.release()
     if out is not None:
         failed = sum(1 for r in reports if r.errors)
+        tables_line = ""
+        if tables:
+            tables_line = f", {len(tables)} table(s) ({sum(1 for t in tables if t.error)} failed)"
         out.write(
             f"maintenance pass: {len(reports)} partition(s), {failed} failed, "
-            f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed\n"
+            f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed{tables_line}\n"
         )
+    return PassReports(reports, tables)
+
+
+def table_passes(lm, topics, now, storage_options, out, distribute_writes=None) -> list[TableReport]:
+    """One materialization pass per topic with a table config (table.mode append or upsert), in topic order.
+    A failure is reported and the pass goes on; the log is never touched by one."""
+    reports = []
+    with lm.snapshot():
+        names = topics if topics is not None else lm.topics()
+        configs = [(t, TableConfig.of(t, lm.topic(t).config)) for t in names]
+    for topic, cfg in configs:
+        if cfg is None:
+            continue
+        try:
+            require_pyiceberg(topic)
+        except KafkaLogError as e:
+            rep = TableReport(topic, cfg.display_name, cfg.mode, error=str(e))
+        else:
+            from .tables.materializer import materialize_topic  # pyiceberg: only where a table is configured
+
+            rep = materialize_topic(
+                lm, topic, storage_options=storage_options, now_ms=now, distribute=distribute_writes
+            )
+        reports.append(rep)
+        if out is not None:
+            out.write(rep.line() + "\n")
+            out.flush()
     return reports
 
 

@@ -24,13 +24,20 @@ from .errors import (
     KafkaStorageError,
     LogLockedError,
     OffsetOutOfRangeError,
+    TableError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from .fs.filesystem import LogFileSystem
 from .log import Log
 from .log_config import LogConfig
-from .log_description import LogDirsDescription, PartitionDescription, SegmentDescription, TopicDescription
+from .log_description import (
+    LogDirsDescription,
+    PartitionDescription,
+    SegmentDescription,
+    TableDescription,
+    TopicDescription,
+)
 from .log_dirs import LOG_DIRS_PREFIX, open_log_dirs
 from .log_listing import LogListing
 from .log_loader import LOCK_FILE, LogLoader
@@ -58,6 +65,8 @@ from .metadata.topic_metadata import (
     topic_named_in,
 )
 from .objects.segment_metadata import largest_timestamp
+from .tables.table_config import TableConfig, check_change, require_pyiceberg
+from .tables.table_state import read_state, retention_hold
 from .topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -186,6 +195,8 @@ class LogManager:
                 f"topic {topic}: the partition count must be an integer from 1 to {MAX_PARTITIONS}, got {partitions!r}"
             )
         cfg = LogConfig.from_dict(config or {})
+        if cfg.table_mode != "off":
+            require_pyiceberg(topic)
         if self._partition_dirs().get(topic) or self._topic_files(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
         clash = [t for t in self.topics() if t != topic and unify_collision_chars(t) == unify_collision_chars(topic)]
@@ -303,12 +314,22 @@ class LogManager:
         meta = self.topic(topic)
         overrides = {k: v for k, v in meta.config.overrides.items() if k not in set(delete_keys)}
         overrides.update({k: str(v) for k, v in set_config.items()})
-        new = TopicMetadata(topic, meta.partitions, LogConfig.from_dict(overrides), meta.topic_id or uuid.uuid4().hex)
+        config = LogConfig.from_dict(overrides)
+        self._check_table_config(topic, config)
+        new = TopicMetadata(topic, meta.partitions, config, meta.topic_id or uuid.uuid4().hex)
         body = new.to_bytes()
         with self._dir_lock(self.root, timeout=30):
             self.fs.write_atomic((self._topic_files(topic) or [self._topic_file(topic)])[0], body)
         self.forget_snapshot()
         return new
+
+    def _check_table_config(self, topic: str, config: LogConfig) -> None:
+        """A table config needs the tables extra, and cannot change under a table already made
+        (storage/tables/table_config.check_change)."""
+        if config.table_mode != "off":
+            require_pyiceberg(topic)
+        state = read_state(self.fs, self.root, topic)
+        check_change(topic, config, state.shape if state is not None else None)
 
     # ------------------------------------------------------------------ partitions
     def _locate(self, tp: TopicPartition) -> str | None:
@@ -489,8 +510,9 @@ class LogManager:
         """One retention run on a partition (see storage/log_retention.py). The plan is made on a reader's
         view; the partition lock is taken only when there is something to delete, and re-plans under it."""
         now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
+        hold = self.table_hold(tp)
         with self.open_log(tp) as log:
-            if not plan_deletion(log, now_ms=now):
+            if not plan_deletion(log, now_ms=now, hold=hold):
                 return RetentionResult(
                     tp,
                     bytes_before=log.size,
@@ -499,7 +521,12 @@ class LogManager:
                     log_start_offset=log.log_start_offset,
                 )
         with self.open_log(tp, writable=True, lock_timeout=lock_timeout) as log:
-            return delete_old_segments(log, now_ms=now)  # close records the new log start offset
+            return delete_old_segments(log, now_ms=now, hold=hold)  # close records the new log start offset
+
+    def table_hold(self, tp: TopicPartition) -> int | None:
+        """The offset below which retention and the cleaner may act on a partition of a topic kept as an Iceberg
+        table (its table's next offset), or None (no table): storage/tables/table_state.retention_hold."""
+        return retention_hold(self.fs, self.root, tp.topic, tp.partition, self.topic(tp.topic).config)
 
     def remove_expired_deleted_files(self, tp: TopicPartition, *, now_ms: int | None = None) -> list[str]:
         """Remove a partition's `.deleted` files older than the topic's file.delete.delay.ms."""
@@ -636,4 +663,45 @@ class LogManager:
                         log_dir=self.url(self._log_dir_of_path(dir)),
                     )
                 )
-        return TopicDescription(name, meta.topic_id, meta.config.overrides, tuple(partitions))
+        return TopicDescription(
+            name, meta.topic_id, meta.config.overrides, tuple(partitions), self._describe_table(name, meta, partitions)
+        )
+
+    def _describe_table(self, name: str, meta, partitions: list) -> TableDescription | None:
+        """The topic's table and its lag, from ROOT's table state (no catalog is asked)."""
+        cfg = TableConfig.of(name, meta.config)
+        try:
+            state = read_state(self.fs, self.root, name)
+        except TableError as e:
+            shown = cfg.display_name if cfg is not None else name
+            return TableDescription(shown, meta.config.table_mode, False, {}, 0, 0, "", -1, (), error=str(e))
+        if state is None and cfg is None:
+            return None
+        if state is None:
+            assert cfg is not None
+            nxt: dict[int, int] = {}
+            return TableDescription(
+                cfg.display_name, cfg.mode, False, nxt, sum(p.log_end_offset for p in partitions), 0, "", -1, ()
+            )
+        behind, time_behind = 0, 0
+        for p in partitions:
+            table_next = state.next_offsets.get(p.partition, 0)
+            if table_next < p.log_end_offset:
+                behind += p.log_end_offset - max(table_next, p.log_start_offset)
+                newest = max((s.largest_timestamp for s in p.segments), default=-1)
+                have = state.max_timestamps.get(p.partition, -1)
+                if have < 0:  # nothing of it in the table yet: measured from its oldest segment
+                    have = min((s.largest_timestamp for s in p.segments if s.size), default=newest)
+                if newest >= 0:
+                    time_behind = max(time_behind, newest - have)
+        return TableDescription(
+            state.table,
+            state.shape.get("table.mode", ""),
+            cfg is None,
+            dict(state.next_offsets),
+            behind,
+            time_behind,
+            state.metadata_location,
+            state.committed_at_ms,
+            state.gaps,
+        )

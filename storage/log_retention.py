@@ -6,6 +6,11 @@ logStartOffset (every cleanup.policy, as in Kafka), then, for policies containin
 retention.bytes over the whole partition and retention.ms against each segment's largest timestamp.
 Each pass takes a prefix of the segments and stops at the first one it keeps. An empty active segment
 is never deleted; a non-empty active segment that a pass would delete is rolled first.
+
+A topic kept as an Iceberg table (storage/tables) holds its partitions: retention.bytes and retention.ms delete
+a segment only once every offset of it is in the table (below `hold`, the table's next offset), as tiered
+storage deletes a segment only once it is copied; a held active segment is never rolled away. The log start
+pass (delete-records, an explicit request) is not held: the table records the offsets it skips as a gap.
 """
 
 from __future__ import annotations
@@ -61,10 +66,25 @@ def segment_largest_timestamp(seg: LogSegment) -> int:
     return ts
 
 
+def _held(make: Callable[[list[LogSegment], int], Predicate | None], hold: int | None):
+    """A pass whose segments go only when all their offsets are below `hold` (None: no hold)."""
+    if hold is None:
+        return make
+
+    def held_make(segs: list[LogSegment], log_start: int) -> Predicate | None:
+        pred = make(segs, log_start)
+        if pred is None:
+            return None
+        return lambda seg, nxt: nxt is not None and nxt.base_offset <= hold and pred(seg, nxt)
+
+    return held_make
+
+
 def _passes(
-    config: LogConfig, now_ms: int
+    config: LogConfig, now_ms: int, hold: int | None = None
 ) -> Iterator[tuple[str, Callable[[list[LogSegment], int], Predicate | None]]]:
-    """(reason, make predicate from (segments, logStartOffset)) per pass; a None predicate skips the pass."""
+    """(reason, make predicate from (segments, logStartOffset)) per pass; a None predicate skips the pass.
+    `hold`: the offset of the topic's table (module doc), below which retention may delete."""
 
     def below_log_start(segs: list[LogSegment], log_start: int) -> Predicate:
         return lambda seg, nxt: nxt is not None and nxt.base_offset <= log_start
@@ -94,8 +114,8 @@ def _passes(
             return None
         return lambda seg, nxt: now_ms - segment_largest_timestamp(seg) > config.retention_ms
 
-    yield REASON_RETENTION_BYTES, over_size
-    yield REASON_RETENTION_MS, expired
+    yield REASON_RETENTION_BYTES, _held(over_size, hold)
+    yield REASON_RETENTION_MS, _held(expired, hold)
 
 
 def _deletable_count(segs: list[LogSegment], pred: Predicate) -> int:
@@ -109,14 +129,14 @@ def _deletable_count(segs: list[LogSegment], pred: Predicate) -> int:
     return k
 
 
-def plan_deletion(log: Log, *, now_ms: int | None = None) -> list[tuple[int, str]]:
+def plan_deletion(log: Log, *, now_ms: int | None = None, hold: int | None = None) -> list[tuple[int, str]]:
     """(base offset, reason) of every segment a retention run would delete now, in order. Changes nothing,
     so it runs on a reader's Log without the partition lock."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     segs = log.segments
     log_start = log.log_start_offset
     out: list[tuple[int, str]] = []
-    for reason, make in _passes(log.config, now):
+    for reason, make in _passes(log.config, now, hold):
         pred = make(segs, log_start)
         k = _deletable_count(segs, pred) if pred is not None else 0
         out += [(s.base_offset, reason) for s in segs[:k]]
@@ -127,15 +147,15 @@ def plan_deletion(log: Log, *, now_ms: int | None = None) -> list[tuple[int, str
     return out
 
 
-def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResult:
+def delete_old_segments(log: Log, *, now_ms: int | None = None, hold: int | None = None) -> RetentionResult:
     """Apply the three passes to a writable Log (its holder has the partition lock). Segment files are renamed
     to `.deleted`; the caller's close records the new log start offset in log-start-offset-checkpoint.
     Immutable segments (object stores) go through delete_old_segment_objects, checkpoint first."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     if log.immutable:
-        return delete_old_segment_objects(log, Log.record_checkpoints, now_ms=now)
+        return delete_old_segment_objects(log, Log.record_checkpoints, now_ms=now, hold=hold)
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
-    for reason, make in _passes(log.config, now):
+    for reason, make in _passes(log.config, now, hold):
         segs = log.segments
         pred = make(segs, log.log_start_offset)
         k = _deletable_count(segs, pred) if pred is not None else 0
@@ -152,7 +172,7 @@ def delete_old_segments(log: Log, *, now_ms: int | None = None) -> RetentionResu
 
 
 def delete_old_segment_objects(
-    log: Log, record_log_start: Callable[[Log], None], *, now_ms: int | None = None
+    log: Log, record_log_start: Callable[[Log], None], *, now_ms: int | None = None, hold: int | None = None
 ) -> RetentionResult:
     """Retention on immutable segments (object stores: no rename, no lock), on a reader's or writer's Log.
 
@@ -165,7 +185,7 @@ def delete_old_segment_objects(
     now = SYSTEM_TIME.milliseconds() if now_ms is None else now_ms
     result = RetentionResult(log.tp, bytes_before=log.size, log_start_offset_before=log.log_start_offset)
     objects = [s for s in log.segments if s.size]
-    plan = plan_deletion(log, now_ms=now)
+    plan = plan_deletion(log, now_ms=now, hold=hold)
     doomed_bases = {b for b, _ in plan}
     k = 0
     while k < len(objects) and objects[k].base_offset in doomed_bases:

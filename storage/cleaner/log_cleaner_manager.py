@@ -184,10 +184,13 @@ class LogCleanerManager:
     def _bound(self, log: Log, now_ms: int) -> int | None:
         """Object stores: clean only settled segments, with the writer-state hint complete below them
         (storage/segment_swap.py). Elsewhere: not from a pending sink commit on (its resolution reads
-        the commit's first batch), else None (no cap)."""
+        the commit's first batch), else None (no cap). Either way, not from a table's next offset on."""
+        hold = self.lm.table_hold(log.tp)  # a topic kept as a table: nothing it has not committed yet is cleaned
         if not log.immutable:
-            return ProducerStateManager(log.fs, log.dir).first_unstable_offset()
-        return settle_hint(log, settled_bound(log, now_ms=now_ms, min_age_ms=self.merge_min_age_ms))
+            bound = ProducerStateManager(log.fs, log.dir).first_unstable_offset()
+        else:
+            bound = settle_hint(log, settled_bound(log, now_ms=now_ms, min_age_ms=self.merge_min_age_ms))
+        return hold if bound is None else bound if hold is None else min(bound, hold)
 
     # ------------------------------------------------------------------ selection
     def _compacted_logs(self) -> Iterable[tuple[TopicPartition, Log | None, BaseException | None]]:
