@@ -44,6 +44,10 @@ PROP_TOPIC = "kafkalog.topic"
 PROP_TOPIC_ID = "kafkalog.topic-id"
 PROP_ROLE = "kafkalog.role"  # table | errors
 PROP_SHAPE = "kafkalog.table-config"  # TableConfig.shape_json()
+#: pyiceberg re-applies a refused commit on top of the winner's snapshot this many times (default 4): a fast
+#: append from a stale base would land with stale offsets. At 0 a refused commit raises CommitFailedException,
+#: and the materializer decides (materializer._commit_with_retries), so two passes never both commit a range.
+NO_COMMIT_RETRIES = {"commit.retry.num-retries": "0"}
 
 TRANSFORMS = {"hour": HourTransform, "day": DayTransform, "month": MonthTransform, "year": YearTransform}
 
@@ -163,6 +167,7 @@ def table_properties(cfg: TableConfig, topic_id: str | None, role: str) -> dict[
     return {
         "format-version": "2",
         "write.parquet.compression-codec": "zstd",
+        **NO_COMMIT_RETRIES,
         PROP_TOPIC: cfg.topic,
         PROP_TOPIC_ID: topic_id or "",
         PROP_ROLE: role,
@@ -197,6 +202,11 @@ def check_table(table, cfg: TableConfig, topic_id: str | None, role: str, expect
         )
     elif props.get(PROP_SHAPE) != cfg.shape_json():
         problems.append(f"it was made from other table configs ({props.get(PROP_SHAPE)})")
+    elif any(props.get(k) != v for k, v in NO_COMMIT_RETRIES.items()):
+        problems.append(
+            "its property commit.retry.num-retries was changed from 0: pyiceberg would then re-apply a refused "
+            "commit with stale offsets"
+        )
     if not problems and _shape_of(table.schema()) != _shape_of(expected):
         problems.append(f"its schema was changed: it is {table.schema()}")
     if not problems and role == "table":
