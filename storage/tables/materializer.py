@@ -7,7 +7,8 @@ The pass, and what a crash at each step leaves:
    snapshots (table_offsets); a pass that never committed left files naming its pass id, removed now.
 2. plan: per partition [the table's next offset, the last stable offset): read_committed, so never a record
    of an aborted or open transaction. Offsets the log no longer holds (delete-records, a paused table) are
-   recorded as a gap. ROOT's table state names the pass before any file is written.
+   recorded as a gap. ROOT's table state names the pass before any file is written; a later pass removes
+   the files of one that never committed once it is ORPHAN_MIN_AGE_MS old (it may still be running).
 3. write: data files (data_files.DataFileWriter), here or in Spark tasks (`distribute`). A crash leaves
    files no snapshot references: readers never see them.
 4. commit: the errors table first, then the table, each one optimistic commit that pyiceberg makes only if the
@@ -47,7 +48,7 @@ from .table_schema import (
     table_properties,
     table_schema,
 )
-from .table_state import TableState, read_state, write_state
+from .table_state import ORPHAN_MIN_AGE_MS, TableState, read_state, update_state
 from .upsert import latest_per_key, rewrite_files
 
 #: An upsert pass holds the records of its range to find each key's latest: it takes at most this many
@@ -233,12 +234,12 @@ class TableMaterializer:
                 self.cfg.shape(),
                 table.metadata_location,
             )
-        if state.pending is not None:
-            tables = [t for t in (table, errors) if t is not None]
-            rep.orphans_removed = self._remove_orphans(state.pending["passId"], tables)
+        dead = [pid for pid, began in state.pending.items() if self.now - began >= ORPHAN_MIN_AGE_MS]
+        for pid in dead:  # passes that began long ago and never committed, or did and were not cleaned after
+            rep.orphans_removed += self._remove_orphans(pid, [t for t in (table, errors) if t is not None])
+            state = update_state(self.lm.fs, self.lm.root, state, lambda s, pid=pid: s.ended(pid))
         while True:
             more = self._round(rep, table, errors, state)
-            state = read_state(self.lm.fs, self.lm.root, self.topic) or state
             if not more:
                 break
             table = _catalog_call(self.cfg, "load the table", lambda: catalog.load_table(self.cfg.identifier))
@@ -258,10 +259,10 @@ class TableMaterializer:
         next_offsets = {r.partition: r.end for r in ranges}
         if all(r.start >= r.end for r in ranges) and not gaps:
             rep.offsets_behind = sum(max(0, log_ends[p][0] - o) for p, o in next_offsets.items())
-            write_state(self.lm.fs, self.lm.root, state.committed(metadata_location=table.metadata_location))
+            update_state(self.lm.fs, self.lm.root, state, lambda s: s)  # a new table: its state exists now
             return False
         pass_id = uuid.uuid4().hex
-        write_state(self.lm.fs, self.lm.root, _pending(state, pass_id, self.now))  # before any file
+        update_state(self.lm.fs, self.lm.root, state, lambda s: s.begun(pass_id, self.now))  # before any file
         floor = {}
         if err_base is not None:
             floor = {p: max(o, (err_base.next_offsets or {}).get(p, 0)) for p, o in (base.next_offsets or {}).items()}
@@ -287,23 +288,28 @@ class TableMaterializer:
             _delete_files(table.io, [p for r in results for p in r.paths])
             if not errors_committed:
                 _delete_files(table.io, [p for r in results for p in r.error_paths])
-            write_state(self.lm.fs, self.lm.root, state.committed())
+            update_state(self.lm.fs, self.lm.root, state, lambda s: s.ended(pass_id))
             return False
         if self.distribute is not None:  # failed task attempts wrote files no snapshot holds
             rep.orphans_removed += self._remove_orphans(pass_id, [t for t in (committed, errors) if t is not None])
-        max_ts = dict(state.max_timestamps)
+        max_ts: dict[int, int] = {}
         for r in results:
             for p, t in r.max_timestamps.items():
                 max_ts[p] = max(max_ts.get(p, -1), t)
-        new_state = state.committed(
-            metadata_location=committed.metadata_location,
-            table_uuid=str(committed.metadata.table_uuid),
-            next_offsets=next_offsets,
-            max_timestamps=max_ts,
-            committed_at_ms=self.now,
-            gaps=tuple(state.gaps) + tuple(gaps),
+        update_state(
+            self.lm.fs,
+            self.lm.root,
+            state,
+            lambda s: s.ended(
+                pass_id,
+                metadata_location=committed.metadata_location,
+                table_uuid=str(committed.metadata.table_uuid),
+                next_offsets=next_offsets,
+                max_timestamps=max_ts,
+                committed_at_ms=self.now,
+                gaps=tuple(s.gaps) + tuple(gaps),
+            ),
         )
-        write_state(self.lm.fs, self.lm.root, new_state)
         rep.committed = True
         rep.metadata_location = committed.metadata_location
         rep.gaps += gaps
@@ -471,12 +477,6 @@ def _files_added_by(table, pass_id: str) -> set[str]:
                         names.add(e.data_file.file_path.rsplit("/", 1)[-1])
             return names
     return set()
-
-
-def _pending(state: TableState, pass_id: str, now: int) -> TableState:
-    from dataclasses import replace
-
-    return replace(state, pending={"passId": pass_id, "startedAtMs": now})
 
 
 def _root_spec(lm) -> str:

@@ -4,12 +4,13 @@ The table is the truth: its snapshot summaries hold the next offset per partitio
 file is a hint written after each commit, so it is never ahead of the table; it lets what must not wait on
 a catalog read it: retention and the cleaner (which keep every offset the table does not hold yet, as tiered
 storage keeps a segment until it is copied), `describe` (each table's lag) and the check that refuses a
-table config change. It also names a pass under way, so that the next pass removes the files of one that
-never committed.
+table config change. It also names the passes under way (with when each began), so that a later pass removes
+the files of one that never committed, once it is older than ORPHAN_MIN_AGE_MS: a pass may still be running
+beside this one, and its files must stay until it commits or is certainly dead.
 
 File: JSON `{"version": 1, "topic", "topicId", "table", "catalog", "tableUuid", "shape": {table.* configs},
 "metadataLocation", "nextOffsets": {"<partition>": offset}, "maxTimestamps": {"<partition>": ms},
-"committedAtMs", "gaps": [[partition, first, end), ...], "pending": {"passId", "startedAtMs"} | null}`.
+"committedAtMs", "gaps": [[partition, first, end), ...], "pending": {"<pass id>": started at ms}}`.
 It is checked before it is used (size, types, offsets >= 0); one that fails is reported and holds retention
 where it is (nothing past the log start is deleted for that topic) until a pass rewrites it.
 """
@@ -27,6 +28,10 @@ TABLES_DIR = ".kafkalog-tables"  # under the first log dir; no topic-partition n
 STATE_SUFFIX = ".json"
 MAX_STATE_BYTES = 1 << 20
 MAX_GAPS_KEPT = 100  # the newest gaps; every gap is also in its commit's snapshot summary
+MAX_PENDING_KEPT = 100  # passes under way or dead and not yet cleaned up after; the oldest are forgotten
+#: A pass that has not committed this long after it began is dead: its files are orphans (Iceberg's own orphan
+#: removal waits 3 days by default; a pass takes seconds to minutes).
+ORPHAN_MIN_AGE_MS = 24 * 3600 * 1000
 
 
 def state_file_name(topic: str) -> str:
@@ -49,7 +54,7 @@ class TableState:
     max_timestamps: dict[int, int] = field(default_factory=dict)
     committed_at_ms: int = -1
     gaps: tuple[tuple[int, int, int], ...] = ()
-    pending: dict | None = None  # {"passId", "startedAtMs"}: a pass that has not committed (yet)
+    pending: dict[str, int] = field(default_factory=dict)  # pass id -> started at (ms): not committed (yet)
 
     def to_bytes(self) -> bytes:
         doc = {
@@ -65,7 +70,7 @@ class TableState:
             "maxTimestamps": {str(p): t for p, t in sorted(self.max_timestamps.items())},
             "committedAtMs": self.committed_at_ms,
             "gaps": [list(g) for g in self.gaps[-MAX_GAPS_KEPT:]],
-            "pending": self.pending,
+            "pending": dict(sorted(self.pending.items(), key=lambda kv: kv[1])[-MAX_PENDING_KEPT:]),
         }
         return json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
 
@@ -82,9 +87,11 @@ class TableState:
                 raise ValueError(f"{key!r} must be a string")
         if not isinstance(doc.get("shape"), dict) or not all(isinstance(v, str) for v in doc["shape"].values()):
             raise ValueError("'shape' must be an object of strings")
-        pending = doc.get("pending")
-        if pending is not None and not (isinstance(pending, dict) and isinstance(pending.get("passId"), str)):
-            raise ValueError("'pending' must be null or name a passId")
+        pending = doc.get("pending") or {}
+        if not isinstance(pending, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in pending.items()
+        ):
+            raise ValueError("'pending' must map pass ids to start times")
         gaps = doc.get("gaps", [])
         if not isinstance(gaps, list) or not all(
             isinstance(g, list) and len(g) == 3 and all(_is_offset(x) for x in g) for g in gaps
@@ -105,9 +112,20 @@ class TableState:
             pending,
         )
 
-    def committed(self, **changes) -> TableState:
-        """This state after a commit: the given fields changed, no pass pending."""
-        return replace(self, pending=None, **changes)
+    def begun(self, pass_id: str, now_ms: int) -> TableState:
+        return replace(self, pending={**self.pending, pass_id: now_ms})
+
+    def ended(self, pass_id: str, **changes) -> TableState:
+        """This state once a pass ended (committed, refused or cleaned up after): it is no longer pending; with
+        a commit, its offsets and timestamps (merged: a state written by another pass meanwhile never goes back)."""
+        nxt = dict(self.next_offsets)
+        for p, o in changes.pop("next_offsets", {}).items():
+            nxt[p] = max(nxt.get(p, 0), o)
+        ts = dict(self.max_timestamps)
+        for p, t in changes.pop("max_timestamps", {}).items():
+            ts[p] = max(ts.get(p, -1), t)
+        pending = {k: v for k, v in self.pending.items() if k != pass_id}
+        return replace(self, pending=pending, next_offsets=nxt, max_timestamps=ts, **changes)
 
 
 def _is_offset(x) -> bool:
@@ -149,6 +167,19 @@ def read_state(fs, log_dir: str, topic: str) -> TableState | None:
 def write_state(fs, log_dir: str, state: TableState) -> None:
     fs.mkdirs(fs.join(log_dir, TABLES_DIR))
     fs.write_atomic(state_path(fs, log_dir, state.topic), state.to_bytes())
+
+
+def update_state(fs, log_dir: str, initial: TableState, change) -> TableState:
+    """Read the state now (another pass may have written it since), apply change(state) and write it; with
+    no state yet, `initial` is changed. Not atomic across processes: a lost update loses a hint only (offsets
+    behind the table, or a pending pass whose orphans stay), never puts the state ahead of the table."""
+    try:
+        current = read_state(fs, log_dir, initial.topic) or initial
+    except TableError:
+        current = initial
+    new = change(current)
+    write_state(fs, log_dir, new)
+    return new
 
 
 def forget_state(fs, log_dir: str, topic: str) -> bool:

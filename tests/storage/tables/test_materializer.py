@@ -59,7 +59,7 @@ def test_table_equals_the_model_after_every_pass(root, mode, seed):
     with lm.open_log(lm.partitions("events")[0]) as log:
         assert offsets[0] == log.log_end_offset  # caught up: markers included
     state = read_state(lm.fs, lm.root, "events")
-    assert state is not None and state.next_offsets == offsets and state.pending is None
+    assert state is not None and state.next_offsets == offsets and state.pending == {}
 
 
 def test_an_open_transaction_holds_the_table_at_its_first_offset(root):
@@ -201,6 +201,7 @@ def test_two_materializers_never_both_commit_a_range(root, monkeypatch):
     monkeypatch.setattr(m.TableMaterializer, "_commit", commit_after_another_pass)
     a = materialize_topic(lm, "race")
     assert reports[0].committed and not a.committed and a.error is None
+    assert reports[0].orphans_removed == 0  # A's files, written and not yet committed, were left alone
     assert "another materializer committed first" in a.line()
     _, table, _ = _run(lm, "race", model, "append")
     files = {t.file.file_path for t in table.scan().plan_files()}
