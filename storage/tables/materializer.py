@@ -23,9 +23,11 @@ The pass, and what a crash at each step leaves:
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -348,24 +350,44 @@ class TableMaterializer:
         return advance
 
     def _write(self, job: WriteJob, progress=None) -> list[WriteResult]:
-        if self.distribute is not None and len(job.ranges) > 1:
-            jobs = [
-                WriteJob(
-                    job.root,
-                    job.storage_options,
-                    job.topic,
-                    f"p{r.partition}",
-                    [r],
-                    job.table,
-                    job.errors,
-                    job.error_floor,
-                    job.mode,
-                    job.value_schema,
-                )
-                for r in job.ranges
-            ]
+        """The job's ranges written: by `distribute` (a Spark task per partition), else here, a thread per
+        partition up to the cores (pyarrow's Parquet writer, most of a pass's work, runs without the GIL)."""
+        if len(job.ranges) <= 1:
+            return [write_ranges(job, progress, lm=self.lm)]
+        jobs = [
+            WriteJob(
+                job.root,
+                job.storage_options,
+                job.topic,
+                f"p{r.partition}",
+                [r],
+                job.table,
+                job.errors,
+                job.error_floor,
+                job.mode,
+                job.value_schema,
+            )
+            for r in job.ranges
+        ]
+        if self.distribute is not None:
             return self.distribute(jobs)
-        return [write_ranges(job, progress, lm=self.lm)]
+        if self.lm.fs.protocol == "memory":  # one process's store: tasks share this LogManager's filesystem
+            return [write_ranges(job, progress, lm=self.lm)]
+        workers = min(len(jobs), os.cpu_count() or 1)
+        results: list[WriteResult] = []
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kafkalog-table") as pool:
+            futures = [pool.submit(write_ranges, j, progress) for j in jobs]
+            for fut in futures:
+                try:
+                    results.append(fut.result())
+                except BaseException as e:  # noqa: BLE001 - the first failure is raised once all are done
+                    failure = failure or e
+        if failure is not None:  # the failed job removed its own files; the others' are in no commit either
+            for r in results:
+                _delete_files(job.table.io, r.paths + r.error_paths)
+            raise failure
+        return results
 
     def _commit(self, rep, table, errors, base, err_base, next_offsets, gaps, pass_id, results):
         """The errors table's commit, then the table's: (the table as committed, or None when another

@@ -167,6 +167,7 @@ def table_properties(cfg: TableConfig, topic_id: str | None, role: str) -> dict[
     return {
         "format-version": "2",
         "write.parquet.compression-codec": "zstd",
+        "write.parquet.compression-level": "1",  # 1.5x the write speed of zstd's default 3 (benchmarks/table.py)
         **NO_COMMIT_RETRIES,
         PROP_TOPIC: cfg.topic,
         PROP_TOPIC_ID: topic_id or "",
