@@ -30,7 +30,7 @@ from typing import BinaryIO, TextIO
 
 import fsspec.config
 
-from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError
+from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError, TableError
 from storage.fs.storage_options import storage_options_from_cli
 from storage.log_config import (
     CONFIG_KEYS_BY_NAME,
@@ -664,7 +664,7 @@ def cmd_describe(args, stdin, out, err) -> int:
 def _table_row(t) -> tuple[list, list[str]]:
     """A topic's table as a row of describe's TABLES section, and the lines under it (gaps, errors)."""
     d = t.table
-    notes = [f"  {t.topic}: table state: {d.error}" for _ in [0] if d.error]
+    notes = [f"  {t.topic}: table state: {d.error}"] if d.error else []
     notes += [
         f"  {t.topic}: GAP: partition {p} offsets {a}..{b - 1} were deleted from the log before the table had them"
         for p, a, b in d.gaps
@@ -763,9 +763,9 @@ def cmd_table(args, stdin, out, err) -> int:
     finally:
         if progress is not None:
             progress.clear()
-    out.write(rep.line() + "\n")
     if rep.error:
-        return 1
+        raise TableError(rep.error)  # one line on stderr, exit 1, as every command's error
+    out.write(rep.line() + "\n")
     out.write(f"table {rep.table}: {rep.metadata_location}\n")
     return 0
 

@@ -66,7 +66,7 @@ from .metadata.topic_metadata import (
 )
 from .objects.segment_metadata import largest_timestamp
 from .tables.table_config import TableConfig, check_change, require_pyiceberg
-from .tables.table_state import read_state, retention_hold
+from .tables.table_state import forget_state, read_state, retention_hold
 from .topic_partition import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -196,7 +196,7 @@ class LogManager:
             )
         cfg = LogConfig.from_dict(config or {})
         if cfg.table_mode != "off":
-            require_pyiceberg(topic)
+            self._check_table_config(topic, cfg)
         if self._partition_dirs().get(topic) or self._topic_files(topic):
             raise TopicExistsError(f"topic '{topic}' already exists in {self.url()}")
         clash = [t for t in self.topics() if t != topic and unify_collision_chars(t) == unify_collision_chars(topic)]
@@ -328,6 +328,12 @@ class LogManager:
         (storage/tables/table_config.check_change)."""
         if config.table_mode != "off":
             require_pyiceberg(topic)
+            if not config.table_catalog and self.fs.protocol != "file":
+                raise InvalidConfigError(
+                    f"topic '{topic}': {self.url()} is not on local disk, so it has no table catalog of its own "
+                    f"(SQLite needs a local file): set table.catalog to a pyiceberg catalog (docs/tables.md, "
+                    f"'Catalogs')"
+                )
         state = read_state(self.fs, self.root, topic)
         check_change(topic, config, state.shape if state is not None else None)
 
@@ -608,6 +614,7 @@ class LogManager:
             with self._dir_lock(self.root):
                 for path in self._topic_files(topic):
                     self.fs.delete(path)
+                forget_state(self.fs, self.root, topic)  # its table stays in its catalog; a new topic makes its own
                 for tp, path in live:
                     if not self.fs.isdir(path):
                         continue

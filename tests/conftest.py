@@ -101,6 +101,15 @@ def pytest_addoption(parser):
         "KAFKALOG_KILL_ROUNDS); set, it also runs the driver kill on a cluster (tests/spark/test_spark_cluster.py)",
     )
     parser.addoption(
+        "--table-kills",
+        type=int,
+        default=0,
+        metavar="N",
+        help="materialization passes SIGKILLed in tests/storage/tables/test_table_kill.py and Spark executors "
+        "killed in tests/storage/tables/test_table_spark_kill.py (default 6 and 2; the acceptance run is 20; "
+        "also KAFKALOG_TABLE_KILLS)",
+    )
+    parser.addoption(
         "--fuzz-long",
         action="store_true",
         default=False,

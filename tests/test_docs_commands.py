@@ -18,6 +18,8 @@ every other snippet inside one of the runs:
   reader pasting them one after the other into one Python session, in the tests' one SparkSession (the
   snippets' `SparkSession.builder.getOrCreate()` returns it). A streaming query a snippet starts runs until
   it has committed rows (what the next snippet, a read, waits for) and is then stopped. Marked `spark`.
+- docs/tables.md: its ```bash and ```python blocks in order in one directory (a topic kept as a table, read
+  back with DuckDB, pyiceberg, pandas and Polars);
 - docs/kafka-broker.md: its ```bash blocks in order in one bash, in a directory laid out as Kafka's installation
   (tools/realkafka/kafka_home.py) whose broker runs before the first block; the doc's stated results are
   asserted. Marked `kafka`.
@@ -65,6 +67,12 @@ NOT_RUN = [
         "README.md",
         "python -m pytest tests/storage/test_fuzz.py --fuzz-long",
         "the test suite's own long runs (minutes to hours each)",
+    ),
+    (
+        "docs/tables.md",
+        "spark = (",
+        "Spark 4.1 with Iceberg's runtime jars at the reader's paths; tests/storage/tables/test_table_spark_iceberg.py "
+        "reads these ways",
     ),
 ]
 
@@ -114,6 +122,7 @@ CLI_SECTIONS = (
     "describe",
     "delete-records",
     "maintain",
+    "table",
     "export-to-broker",
 )
 
@@ -140,6 +149,7 @@ def run_by_tests() -> dict[str, list[str]]:
         "docs/maintenance.md": [body for _, body, _ in snippets(read_doc("docs/maintenance.md"))],
         "docs/spark.md": python_blocks(read_doc("docs/spark.md")),
         "docs/kafka-broker.md": bash_blocks(read_doc("docs/kafka-broker.md")),
+        "docs/tables.md": [body for _, body, reason in snippets(read_doc("docs/tables.md")) if reason is None],
     }
 
 
@@ -242,6 +252,23 @@ def test_maintenance_doc_snippets_run_as_pasted_in_order(shell, s3_server):
         f"docs/maintenance.md python block: exit {p.returncode}\n{python}\nstderr:\n{p.stderr[-3000:]}"
     )
     assert p.stdout.startswith("changelog-0: ok;"), p.stdout  # the pass ran over the topic it names
+
+
+def test_tables_doc_snippets_run_as_pasted_in_order(shell):
+    """docs/tables.md: its bash and python blocks in order in one directory, as a reader pastes them."""
+    work, bin_dir = shell
+    for lang, body, reason in snippets(read_doc("docs/tables.md")):
+        if reason is not None:
+            continue
+        if lang == "bash":
+            check(body, run_block(body, work, bin_dir), "docs/tables.md bash block")
+            continue
+        script = work / "snippet.py"
+        script.write_text(body)
+        env = {**os.environ, "PYTHONPATH": REPO}
+        cmd = [sys.executable, str(script)]
+        p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, f"docs/tables.md python block: exit {p.returncode}\n{body}\n{p.stderr[-3000:]}"
 
 
 def test_readme_python_snippet_runs_as_pasted_and_its_records_survive_maintenance(tmp_path):

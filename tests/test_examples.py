@@ -113,3 +113,33 @@ def test_ctrl_c_in_an_example_is_one_line_and_exit_130(tmp_path, script, when):
     assert code == 130, "\n".join(err[-30:])
     assert "interrupted" in err[-1], err[-5:]
     assert not quiet(err), quiet(err)[:5]
+
+
+def _table_example_checks(p) -> None:
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "NOT OK" not in p.stdout and p.stdout.count("\nok: ") == 4, p.stdout
+    assert "table kafkalog.views: file://" in p.stdout and ".metadata.json" in p.stdout
+    assert not quiet(p.stderr.splitlines()), quiet(p.stderr.splitlines())[:5]
+
+
+def test_the_table_example_queries_the_table_with_spark_sql_and_duckdb(tmp_path):
+    """On this pyspark (no Iceberg runtime for it): Spark SQL over pyiceberg's Arrow, and DuckDB."""
+    _table_example_checks(run("topic_as_table.py", str(tmp_path / "table"), cwd=tmp_path))
+
+
+@pytest.mark.iceberg_spark
+def test_the_table_example_reads_the_table_through_icebergs_spark_runtime(tmp_path, monkeypatch):
+    """On pyspark 4.1 (.ci/run's venv): Spark SQL reads the table through Iceberg's Spark runtime."""
+    import pyspark
+
+    from tools.iceberg import jars
+
+    if (
+        not pyspark.__version__.startswith(jars.SPARK_MINOR + ".")
+        and os.environ.get("KAFKALOG_REQUIRE_ICEBERG_SPARK") != "1"
+    ):
+        pytest.skip(f"Iceberg's Spark runtime is for Spark {jars.SPARK_MINOR}; pyspark here is {pyspark.__version__}")
+    monkeypatch.setenv("KAFKALOG_ICEBERG_JARS", ",".join(jars.spark_runtime_jars()))
+    p = run("topic_as_table.py", str(tmp_path / "table"), cwd=tmp_path)
+    _table_example_checks(p)
+    assert "through Iceberg's Spark runtime" in p.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Any
 
 
@@ -44,13 +45,17 @@ def njit(**kwargs):
 
 def lazy_kernel(fn, **kwargs):
     """A getter for njit(**kwargs)(fn), compiled (or loaded from the cache) on its first call: code that
-    runs fn in plain Python for small inputs never pays for numba."""
+    runs fn in plain Python for small inputs never pays for numba. Threads that ask at once (a table pass
+    reads partitions in threads) get the one kernel, made once."""
     kernel = None
+    lock = threading.Lock()
 
     def get():
         nonlocal kernel
         if kernel is None:
-            kernel = njit(**kwargs)(fn)
+            with lock:
+                if kernel is None:
+                    kernel = njit(**kwargs)(fn)
         return kernel
 
     return get

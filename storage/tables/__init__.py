@@ -11,6 +11,8 @@ in a table any Iceberg engine scans.
 - data_files.py     decoded records to table rows, written as Parquet data files of the table
 - upsert.py         upsert tables: the latest record per key, by copy-on-write of the files it replaces
 - materializer.py   one pass over one topic: read_committed records since the table's offsets, one commit
+- table_report.py   what a pass did (no Iceberg import: the maintenance job reports a missing extra with it)
+- readers.py        reading a table outside Spark: DuckDB with its extension from the wheel, pyiceberg
 
 Only the modules that touch Iceberg import pyiceberg, and only callers that found a table config import them:
 without the `tables` extra, a table config fails with one line naming it (catalog.require_pyiceberg).

@@ -32,6 +32,10 @@ def io_properties(storage_options: dict | None) -> dict[str, str]:
         "s3.session-token": so.get("token") or ck.get("aws_session_token"),
         "s3.region": ck.get("region_name") or so.get("region_name"),
     }
+    if pairs["s3.endpoint"] and not pairs["s3.region"]:
+        # no region with an endpoint of its own (MinIO, moto...): pyiceberg would ask AWS for the bucket's region,
+        # a request to the internet that takes seconds where there is none
+        pairs["s3.region"] = "us-east-1"
     return {k: str(v) for k, v in pairs.items() if v}
 
 
@@ -82,9 +86,10 @@ def open_catalog(lm, cfg: TableConfig, storage_options: dict | None = None):
     except TableError:
         raise
     except Exception as e:  # noqa: BLE001 - any driver's failure to connect: one line naming the catalog
+        # a missing driver or bad properties is not a network failure: say which
+        verb = "cannot be opened" if type(e).__name__ in ("NotInstalledError", "ValueError") else "cannot be reached"
         raise TableCatalogError(
-            f"topic '{cfg.topic}': {describe_catalog(name, props)} cannot be reached: "
-            f"{type(e).__name__}: {_first_line(e)}"
+            f"topic '{cfg.topic}': {describe_catalog(name, props)} {verb}: {type(e).__name__}: {_first_line(e)}"
         ) from e
 
 

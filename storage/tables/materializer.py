@@ -112,8 +112,11 @@ def write_ranges(job: WriteJob, progress: Callable[[int, int], None] | None = No
         from .value_schema import parse_value_schema
 
         value_schema = parse_value_schema(job.value_schema)
-    writer = DataFileWriter(job.table, job.task)
-    err_writer = DataFileWriter(job.errors, job.task) if job.errors is not None else None
+    # each attempt names its files apart (a Spark retry, or a speculative duplicate, must never overwrite or
+    # delete the files of the attempt whose results the driver commits); all start with the pass id
+    attempt = f"{job.task}-{uuid.uuid4().hex[:8]}"
+    writer = DataFileWriter(job.table, attempt)
+    err_writer = DataFileWriter(job.errors, attempt) if job.errors is not None else None
     out = WriteResult()
     pending: list[pa.RecordBatch] = []  # upsert: the rows of the ranges, to find each key's latest
     try:
@@ -261,7 +264,13 @@ class TableMaterializer:
         next_offsets = {r.partition: r.end for r in ranges}
         if all(r.start >= r.end for r in ranges) and not gaps:
             rep.offsets_behind = sum(max(0, log_ends[p][0] - o) for p, o in next_offsets.items())
-            update_state(self.lm.fs, self.lm.root, state, lambda s: s)  # a new table: its state exists now
+            # nothing new: the state catches up with the table (a crash after a commit may have left it behind)
+            update_state(
+                self.lm.fs,
+                self.lm.root,
+                state,
+                lambda s: s.ended("", next_offsets=base.next_offsets or {}, metadata_location=table.metadata_location),
+            )
             return False
         pass_id = uuid.uuid4().hex
         update_state(self.lm.fs, self.lm.root, state, lambda s: s.begun(pass_id, self.now))  # before any file

@@ -71,7 +71,7 @@ class TableConfig:
 
     @property
     def catalog_display(self) -> str:
-        return self.catalog or "ROOT's own catalog"
+        return f"catalog '{self.catalog}'" if self.catalog else "ROOT's own catalog"
 
     def shape(self) -> dict[str, str]:
         """What the table was made from, as table.* config strings (stored on the table and in ROOT)."""
@@ -113,5 +113,5 @@ def check_change(topic: str, new: LogConfig, table_shape: dict | None) -> None:
         raise InvalidConfigError(
             f"topic '{topic}' already has the table {name}: its table configs cannot change "
             f"({'; '.join(changed)}); set table.mode=off to stop it, or `kafkalog table ROOT --topic {topic} "
-            f"--forget` to let a new table start (the old one stays in its catalog)"
+            f"--forget` and a new table.name (or drop the old table) to start a new one"
         )

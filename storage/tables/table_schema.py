@@ -193,8 +193,8 @@ def check_table(table, cfg: TableConfig, topic_id: str | None, role: str, expect
     problems = []
     if props.get(PROP_TOPIC) != cfg.topic or props.get(PROP_ROLE) != role:
         problems.append(
-            f"it is not kafkalog's {role} table of topic '{cfg.topic}' ({PROP_TOPIC}={props.get(PROP_TOPIC)!r}, "
-            f"{PROP_ROLE}={props.get(PROP_ROLE)!r})"
+            f"it is not kafkalog's {'errors table' if role == 'errors' else 'table'} of topic '{cfg.topic}' "
+            f"({PROP_TOPIC}={props.get(PROP_TOPIC)!r}, {PROP_ROLE}={props.get(PROP_ROLE)!r})"
         )
     elif topic_id and props.get(PROP_TOPIC_ID) and props.get(PROP_TOPIC_ID) != topic_id:
         problems.append(

@@ -240,3 +240,67 @@ def test_an_engines_own_commit_between_is_retried_over(root, monkeypatch):
     _, table, _ = _run(lm, "eng", model, "append")
     ours = [NEXT_OFFSETS in s.summary.additional_properties for s in table.snapshots()]
     assert ours == [True, False, False, True]  # the engine's delete and append came between, ours after
+
+
+def test_json_values_become_columns_and_the_ones_that_do_not_parse_go_to_the_errors_table(root):
+    """Every record is a row (its raw value kept); a value that does not parse leaves its columns null and is
+    also a row of `<name>__errors` with its partition, offset and the error. Errors are committed once even
+    when a later pass reads their range again (the errors table keeps its own offsets)."""
+    import pyarrow as pa
+
+    from storage.records.builder import build_records
+    from storage.tables.catalog import open_catalog
+    from storage.tables.table_config import TableConfig
+    from storage.topic_partition import TopicPartition
+
+    lm = LogManager(root)
+    schema = "id BIGINT, name STRING NOT NULL, tags ARRAY<STRING>"
+    lm.create_topic("j", 2, {"table.mode": "append", "table.value.format": "json", "table.value.schema": schema})
+    values = {
+        0: [b'{"id": 1, "name": "a", "tags": ["x"]}', b"not json", b'{"id": "two", "name": "b"}', None],
+        1: [b'{"name": "c"}', b'{"id": 4}', b'{"id": 5, "name": "e", "extra": true}'],
+    }
+    for p, vs in values.items():
+        with lm.open_log(TopicPartition("j", p), writable=True) as log:
+            t = pa.table({"key": pa.array([b"k"] * len(vs)), "value": pa.array(vs, pa.binary())})
+            log.append(build_records(t.append_column("timestamp", pa.array([T0] * len(vs), pa.int64()))))
+    rep = materialize_topic(lm, "j")
+    assert rep.error is None and rep.committed and rep.error_rows == 3, rep.line()
+    cfg = TableConfig.of("j", lm.topic("j").config)
+    catalog = open_catalog(lm, cfg)
+    rows = (
+        catalog.load_table(cfg.identifier)
+        .scan()
+        .to_arrow()
+        .sort_by([("partition", "ascending"), ("offset", "ascending")])
+    )
+    assert rows.select(["partition", "offset", "id", "name", "tags"]).to_pylist() == [
+        {"partition": 0, "offset": 0, "id": 1, "name": "a", "tags": ["x"]},
+        {"partition": 0, "offset": 1, "id": None, "name": None, "tags": None},
+        {"partition": 0, "offset": 2, "id": None, "name": None, "tags": None},
+        {"partition": 0, "offset": 3, "id": None, "name": None, "tags": None},  # a tombstone: no error
+        {"partition": 1, "offset": 0, "id": None, "name": "c", "tags": None},
+        {"partition": 1, "offset": 1, "id": None, "name": None, "tags": None},
+        {"partition": 1, "offset": 2, "id": 5, "name": "e", "tags": None},
+    ]
+    assert rows["value"].to_pylist() == values[0] + values[1]
+    errors_table = catalog.load_table(cfg.errors_identifier)
+    errors = errors_table.scan().to_arrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    assert [(e["partition"], e["offset"], e["value"]) for e in errors.to_pylist()] == [
+        (0, 1, b"not json"),
+        (0, 2, b'{"id": "two", "name": "b"}'),
+        (1, 1, b'{"id": 4}'),
+    ]
+    assert all(e and "\n" not in e for e in errors["error"].to_pylist())
+    assert "name" in errors["error"][2].as_py()  # the NOT NULL field that was missing
+    with lm.open_log(TopicPartition("j", 0), writable=True) as log:  # more records; the errors stay once
+        log.append(build_records(pa.table({"value": pa.array([b"{bad"]), "timestamp": pa.array([T0])})))
+    rep = materialize_topic(lm, "j")
+    assert rep.error_rows == 1
+    errors = catalog.load_table(cfg.errors_identifier).scan().to_arrow()
+    assert sorted(zip(errors["partition"].to_pylist(), errors["offset"].to_pylist(), strict=True)) == [
+        (0, 1),
+        (0, 2),
+        (0, 4),
+        (1, 1),
+    ]
