@@ -268,7 +268,7 @@ class _Reader:
         relaxed = pa.schema([pa.field(f.name, _read_type(f.type, relaxed=True)) for f in schema.fields])
         self.relaxed = relaxed if relaxed != self.schema else None
         self.found: dict[int, str] = {}  # bad records and their messages
-        self.parts: list[pa.Table] = []  # careful scans: the rows of the records scanned so far
+        self.parts: list[pa.Table] = []  # rows read, in record order (careful scans; a whole quick parse)
         lines = _placeholders(values, candidate) if lines is None else lines
         self.offsets = _offsets(lines)  # of the candidates joined with newlines, '{}' in place of the others
         self.pristine = lines.buffers()[2]

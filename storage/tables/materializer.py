@@ -361,7 +361,7 @@ class TableMaterializer:
     def _write(self, job: WriteJob, progress=None) -> list[WriteResult]:
         """The job's ranges written: by `distribute` (a Spark task per partition), else here, a thread per
         partition up to the cores (pyarrow's Parquet writer, most of a pass's work, runs without the GIL)."""
-        if len(job.ranges) <= 1:
+        if len(job.ranges) <= 1 and self.distribute is None:
             return [write_ranges(job, progress, lm=self.lm)]
         jobs = [
             WriteJob(

@@ -205,14 +205,34 @@ def load_snapshot_state(log, end: int) -> tuple[int, dict[int, int]]:
     lies in [log start, `end`] and that reads back whole and agrees with the log (snapshot_not_in_log); a bad
     one is logged and an older one tried. With none: the log start offset and no open transaction (Kafka's
     loader rebuilds from there). A snapshot that reads whole but disagrees with the log is logged and the log
-    scanned from its start."""
-    found = latest_valid_snapshot(log.fs, log.dir, log.log_start_offset, end)
+    scanned from its start.
+
+    A snapshot holding a transaction open from below the log start is Kafka's state, not damage: a segment roll
+    took it while the transaction was open (its marker, stamped now, rolled a segment of old records by
+    segment.ms), then retention or delete-records removed where the transaction began. That claim cannot be
+    checked against the log any more, so the log is scanned from its start (which finds any part of the
+    transaction at or above it), logged without a warning. Kafka's loader drops a snapshot at the log start
+    (ProducerStateManager.truncateAndReload) and scans from there too; one above the log start it trusts."""
+    start = log.log_start_offset
+    found = latest_valid_snapshot(log.fs, log.dir, start, end)
     if found is None:
-        return log.log_start_offset, {}
+        return start, {}
     snap, entries = found
     first = entries["current_txn_first_offset"].astype(np.int64)
     open_ = first >= 0
     ongoing = dict(zip(entries["producer_id"][open_].astype(np.int64).tolist(), first[open_].tolist(), strict=True))
+    below = {pid: f for pid, f in ongoing.items() if f < start}
+    if below:
+        pid, f = min(below.items(), key=lambda kv: kv[1])
+        logger.info(
+            "producer snapshot %s holds producer %d's transaction open from offset %d, below the log start %d "
+            "(deleted since): scanning the log from its start",
+            log.fs.url(snap.path),
+            pid,
+            f,
+            start,
+        )
+        return start, {}
     why = snapshot_not_in_log(log, snap.offset, entries)
     if why is not None:
         logger.warning(
