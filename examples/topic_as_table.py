@@ -2,7 +2,7 @@
 DuckDB query the table.
 
 Run:  python examples/topic_as_table.py [ROOT]          (default ./table-logs, made afresh)
-A streaming query writes 20,000 page views as JSON values into "views" (topic configs: table.mode=append,
+A streaming query writes 6,000 page views as JSON values into "views" (topic configs: table.mode=append,
 table.value.format=json with a declared schema), with a few values that are not JSON; it stops between
 micro-batches once it has committed them. One maintenance pass (`kafkalog maintain ROOT --once`, here its
 Python form) materializes the topic into the table kafkalog.views of ROOT's own catalog, the bad values
@@ -29,7 +29,7 @@ from storage.tables.readers import duckdb_connection, static_table, topic_table
 
 PROG = "topic_as_table"
 DEFAULT_ROOT = "table-logs"
-ROWS = 20_000
+ROWS = 6_000
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_ROOT)
 if len(sys.argv) <= 1:
     shutil.rmtree(root, ignore_errors=True)  # this example's own directory: start afresh
@@ -61,7 +61,7 @@ topic_config = {  # applied when the sink creates the topic
 }
 views = (
     spark.readStream.format("rate-micro-batch")  # its timestamps start now: retention keeps them
-    .option("rowsPerBatch", ROWS // 4)
+    .option("rowsPerBatch", ROWS // 2)
     .option("startTimestamp", int(time.time() * 1000))
     .load()
     .where(f"value < {ROWS}")

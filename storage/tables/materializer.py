@@ -23,6 +23,7 @@ The pass, and what a crash at each step leaves:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -100,9 +101,12 @@ class WriteJob:
 DistributeWrites = Callable[[list[WriteJob]], list[WriteResult]]
 
 
-def write_ranges(job: WriteJob, progress: Callable[[int, int], None] | None = None, *, lm=None) -> WriteResult:
+def write_ranges(
+    job: WriteJob, progress: Callable[[int, int], None] | None = None, *, lm=None, logs: dict | None = None
+) -> WriteResult:
     """Read each range at read_committed and write its rows (append), or its latest rows per key (upsert).
-    `lm`: the caller's LogManager of job.root (a Spark task makes its own)."""
+    `lm`: the caller's LogManager of job.root (a Spark task makes its own); `logs`: partition -> a Log the
+    caller opened already (its transaction state, a scan of the log, is then not made again)."""
     if lm is None:
         from ..log_manager import LogManager
 
@@ -124,7 +128,9 @@ def write_ranges(job: WriteJob, progress: Callable[[int, int], None] | None = No
             if r.start >= r.end:
                 continue
             floor = job.error_floor.get(r.partition, 0)
-            with lm.open_log(TopicPartition(job.topic, r.partition)) as log:
+            given = (logs or {}).get(r.partition)
+            opened = given if given is not None else lm.open_log(TopicPartition(job.topic, r.partition))
+            with contextlib.nullcontext(opened) if given is not None else opened as log:
                 for chunk in log.read_records(r.start, r.end, isolation_level=READ_COMMITTED):
                     rows, errors = table_rows(chunk, job.topic, r.partition, value_schema)
                     if rows.num_rows:
@@ -186,6 +192,7 @@ class TableMaterializer:
         self.now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
         self.distribute = distribute
         self.progress = progress
+        self._logs: dict = {}  # partition -> its Log, opened by the plan of the round under way
         meta = lm.topic(topic)
         self.topic_id = meta.topic_id
         self.partitions = meta.partitions
@@ -211,6 +218,8 @@ class TableMaterializer:
             rep.error = " ".join(str(e).split())
         except Exception as e:  # noqa: BLE001 - a catalog or file system failure: one line, the log untouched
             rep.error = f"{type(e).__name__}: {' '.join(str(e).split())}"
+        finally:
+            self._close_logs()
         rep.duration_s = time.monotonic() - t0
         return rep
 
@@ -328,12 +337,15 @@ class TableMaterializer:
         return more
 
     def _plan(self, committed: dict[int, int] | None):
-        """(ranges, gaps, {partition: (log end, last stable offset)}) from the table's offsets (None: new table)."""
+        """(ranges, gaps, {partition: (log end, last stable offset)}) from the table's offsets (None: new table).
+        The partitions' Logs stay open in self._logs for a local write: their transaction state (a scan of
+        the log where no producer snapshot is near its end) serves the read too."""
         ranges, gaps, ends = [], [], {}
+        self._close_logs()
         with self.lm.snapshot():
             for p in range(self.partitions):
-                with self.lm.open_log(TopicPartition(self.topic, p)) as log:
-                    start_of_log, lso, end = log.log_start_offset, log.last_stable_offset, log.log_end_offset
+                log = self._logs[p] = self.lm.open_log(TopicPartition(self.topic, p))
+                start_of_log, lso, end = log.log_start_offset, log.last_stable_offset, log.log_end_offset
                 start = start_of_log if committed is None or p not in committed else committed[p]
                 if start < start_of_log:
                     gaps.append((p, start, start_of_log))
@@ -341,6 +353,11 @@ class TableMaterializer:
                 ranges.append(PartitionRange(p, start, max(start, lso)))
                 ends[p] = (end, lso)
         return ranges, gaps, ends
+
+    def _close_logs(self) -> None:
+        for log in self._logs.values():
+            log.close()
+        self._logs = {}
 
     def _tracker(self, ranges: list[PartitionRange]):
         """The write's progress as (offsets read, offsets to read) for `self.progress`, or None."""
@@ -362,7 +379,7 @@ class TableMaterializer:
         """The job's ranges written: by `distribute` (a Spark task per partition), else here, a thread per
         partition up to the cores (pyarrow's Parquet writer, most of a pass's work, runs without the GIL)."""
         if len(job.ranges) <= 1 and self.distribute is None:
-            return [write_ranges(job, progress, lm=self.lm)]
+            return [write_ranges(job, progress, lm=self.lm, logs=self._logs)]
         jobs = [
             WriteJob(
                 job.root,
@@ -386,7 +403,7 @@ class TableMaterializer:
         results: list[WriteResult] = []
         failure: BaseException | None = None
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kafkalog-table") as pool:
-            futures = [pool.submit(write_ranges, j, progress) for j in jobs]
+            futures = [pool.submit(write_ranges, j, progress, logs=self._logs) for j in jobs]
             for fut in futures:
                 try:
                     results.append(fut.result())
