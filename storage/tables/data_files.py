@@ -38,8 +38,9 @@ UNPARTITIONED = object()
 #: Columns whose values never repeat enough for a Parquet dictionary: every page would start one and fall back
 #: to plain encoding, about 10% of the write and of Spark's scan (benchmarks/table.py's figures in the docs).
 NO_DICTIONARY = ("value", "offset", "timestamp")
-#: Columns with no min/max statistics in the Parquet files (and so no bounds in Iceberg's metrics: the table
-#: sets their metrics mode to counts): a value's bounds prune nothing, and computing them is 10% of the write.
+#: Columns with no statistics in the Parquet files, and so no Iceberg metrics (the table sets their metrics mode
+#: to none; pyiceberg warns on every file for a column with a mode and no statistics): a value's bounds prune
+#: nothing, and computing them is 10% of the write.
 NO_STATISTICS = ("value",)
 
 
@@ -118,9 +119,19 @@ class WriteContext:
         return {"metadata_json": self.metadata_json, "io_properties": self.io_properties, "pass_id": self.pass_id}
 
 
+class _ParquetWriter(ParquetFormatWriter):
+    """pyiceberg's Parquet writer with the columns that get a dictionary and statistics chosen: pyiceberg has
+    no table property for either, so the pyarrow arguments (`use_dictionary`, `write_statistics`) are set here."""
+
+    def __init__(self, output, schema, properties, dictionary_columns: list, statistics_columns: list) -> None:
+        super().__init__(output, schema, properties)
+        self._parquet_writer_kwargs["use_dictionary"] = dictionary_columns
+        self._parquet_writer_kwargs["write_statistics"] = statistics_columns
+
+
 @dataclass
 class _OpenFile:
-    writer: ParquetFormatWriter
+    writer: _ParquetWriter
     path: str
     partition: Record
     buffered: list = field(default_factory=list)
@@ -207,11 +218,7 @@ class DataFileWriter:
         path = self.location.new_data_location(data_file_name=name, partition_key=key)
         output = self.io.new_output(path)
         self.paths.append(path)
-        writer = ParquetFormatWriter(output, self.schema, self.properties)
-        # pyiceberg has no table property for which columns get a dictionary or statistics: its writer's pyarrow
-        # arguments take the lists (pyarrow's `use_dictionary`, `write_statistics`)
-        writer._parquet_writer_kwargs["use_dictionary"] = self.dictionary_columns
-        writer._parquet_writer_kwargs["write_statistics"] = self.statistics_columns
+        writer = _ParquetWriter(output, self.schema, self.properties, self.dictionary_columns, self.statistics_columns)
         return _OpenFile(writer, path, partition, output=output)
 
     def _flush(self, value) -> None:

@@ -6,6 +6,7 @@ test_json_values.py's Spark section."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -275,8 +276,12 @@ def _fields(depth: int) -> st.SearchStrategy[tuple[Field, ...]]:
     return st.lists(field, min_size=1, max_size=4, unique_by=lambda f: f.name.lower()).map(tuple)
 
 
+#: What Spark's lexer reads as a number literal, not a name: digits, an exponent, a type suffix (1L, 0D, 2e5BD)
+_SPARK_NUMBER = re.compile(r"[0-9]+(?:e[0-9]+)?(?:l|s|y|d|f|bd)?", re.IGNORECASE)
+
+
 def _quote(name: str, draw) -> str:
-    plain = name.isascii() and name.replace("_", "a").isalnum() and not name.isdigit()
+    plain = name.isascii() and name.replace("_", "a").isalnum() and not _SPARK_NUMBER.fullmatch(name)
     if plain and draw(st.booleans()):
         return name
     return "`" + name.replace("`", "``") + "`"
