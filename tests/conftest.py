@@ -105,9 +105,9 @@ def pytest_addoption(parser):
         type=int,
         default=0,
         metavar="N",
-        help="materialization passes SIGKILLed in tests/storage/tables/test_table_kill.py and Spark executors "
-        "killed in tests/storage/tables/test_table_spark_kill.py (default 6 and 2; the acceptance run is 20; "
-        "also KAFKALOG_TABLE_KILLS)",
+        help="materialization passes SIGKILLed in tests/storage/tables/test_table_kill.py (default 6) and, set, "
+        "Spark executors killed in tests/storage/tables/test_table_spark_kill.py (a cluster run, not in the default "
+        "suite); the acceptance run is 20; also KAFKALOG_TABLE_KILLS",
     )
     parser.addoption(
         "--fuzz-long",

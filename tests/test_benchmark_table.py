@@ -1,4 +1,7 @@
-"""benchmarks/table.py at its smallest size: a benchmark is code, and one that breaks unseen measures nothing."""
+"""benchmarks/table.py at its smallest size: a benchmark is code, and one that breaks unseen measures nothing.
+
+It runs where every case of it runs: pyspark 4.1 with Iceberg's Spark runtime (the `iceberg_spark` step of
+.ci/run), not in the default suite (on another pyspark its Spark scan case only says it was skipped)."""
 
 from __future__ import annotations
 
@@ -10,32 +13,10 @@ import pytest
 
 from tests.helpers import REPO
 
-pytestmark = pytest.mark.spark
-
-
-def _run_quick():
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "benchmarks", "table.py"), "--quick"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+pytestmark = [pytest.mark.spark, pytest.mark.iceberg_spark]
 
 
 def test_the_table_benchmark_runs_and_prints_every_case():
-    p = _run_quick()
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    for case in ("1 materialization", "2 Spark scan", "3 pruning", "4 DuckDB", "5 upsert", "6 freshness"):
-        assert f"\n{case}" in p.stdout, p.stdout
-    assert "ratio pass / spark.read kafkalog" in p.stdout and "a one-day range plans" in p.stdout
-
-
-@pytest.mark.iceberg_spark
-def test_the_table_benchmarks_spark_scan_runs_on_icebergs_spark_runtime():
-    """On pyspark 4.1 (.ci/run's venv), case 2 runs instead of saying it was skipped."""
     import pyspark
 
     from tools.iceberg import jars
@@ -45,6 +26,17 @@ def test_the_table_benchmarks_spark_scan_runs_on_icebergs_spark_runtime():
         and os.environ.get("KAFKALOG_REQUIRE_ICEBERG_SPARK") != "1"
     ):
         pytest.skip(f"Iceberg's Spark runtime is for Spark {jars.SPARK_MINOR}; pyspark here is {pyspark.__version__}")
-    p = _run_quick()
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    p = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "table.py"), "--quick"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    for case in ("1 materialization", "2 Spark scan", "3 pruning", "4 DuckDB", "5 upsert", "6 freshness"):
+        assert f"\n{case}" in p.stdout, p.stdout
+    assert "ratio pass / spark.read kafkalog" in p.stdout and "a one-day range plans" in p.stdout
     assert "ratio table scan / kafkalog read" in p.stdout and "floor: spark.read.parquet" in p.stdout, p.stdout
