@@ -56,6 +56,20 @@ def dir_bytes(path: str, suffix: str) -> int:
     return total
 
 
+def data_records(root: str, topic: str, storage_options: dict | None = None) -> int:
+    """The data records a topic holds, read_committed: the count a query's rows must equal (each transaction
+    of the sink also takes an offset per partition for its COMMIT marker, so offsets would over-count)."""
+    from storage.log_manager import LogManager
+    from storage.transactions.isolation import READ_COMMITTED
+
+    lm = LogManager(root, storage_options)
+    n = 0
+    for tp in lm.partitions(topic):
+        with lm.open_log(tp) as log:
+            n += sum(b.num_rows for b in log.read_records(log.log_start_offset, isolation_level=READ_COMMITTED))
+    return n
+
+
 def tree_cpu_seconds(root_pid: int) -> float:
     """CPU seconds (user + system, with reaped children) of a process and its descendants, from /proc."""
     children: dict[int, list[int]] = {}
@@ -188,13 +202,7 @@ class Bench:
         if rows != self.args.rows:
             raise RuntimeError(f"{sink}: the query read {rows} rows, expected {self.args.rows}")
         if sink == "kafkalog":
-            from storage.log_manager import LogManager
-
-            lm = LogManager(out)
-            written = 0
-            for tp in lm.partitions(TOPIC):
-                with lm.open_log(tp) as log:
-                    written += log.log_end_offset - log.log_start_offset
+            written = data_records(out, TOPIC)
             if written != rows:
                 raise RuntimeError(f"kafkalog holds {written} records, the query read {rows} rows")
             size = dir_bytes(out, ".log")
@@ -208,8 +216,6 @@ def run_s3(spark, args, work: str) -> None:
     from collections import Counter
 
     from s3_lookup import spark_fs_options, start_server, summary
-
-    from storage.log_manager import LogManager
 
     server, bucket = start_server()
     try:
@@ -232,11 +238,7 @@ def run_s3(spark, args, work: str) -> None:
             raise RuntimeError(f"kafkalog on S3 failed: {q.exception()}")
         reqs = server.log.since(mark)
         commits = sum(1 for p in q.recentProgress if p["numInputRows"])
-        lm = LogManager(url, server.storage_options)
-        written = 0
-        for tp in lm.partitions(TOPIC):
-            with lm.open_log(tp) as log:
-                written += log.log_end_offset - log.log_start_offset
+        written = data_records(url, TOPIC, server.storage_options)
         if written != args.rows:
             raise RuntimeError(f"kafkalog on S3 holds {written} records, the query read {args.rows} rows")
         staging = [r for r in reqs if "/.kafkalog-staged-" in r.path]

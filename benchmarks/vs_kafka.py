@@ -72,7 +72,7 @@ from latency import (  # noqa: E402
 # The floors are classes of those modules (defined inside their functions) that call module functions
 # (latency.rows): Spark's Python workers get them by value, as when each script runs them as __main__.
 from pyspark import cloudpickle  # noqa: E402
-from sink import Bench, machine_busy_seconds, tree_cpu_seconds  # noqa: E402
+from sink import Bench, data_records, machine_busy_seconds, tree_cpu_seconds  # noqa: E402
 from source import floor_source  # noqa: E402
 
 from storage.log_manager import LogManager  # noqa: E402
@@ -233,12 +233,8 @@ class VsKafka:
 
     @staticmethod
     def log_records(root: str) -> int:
-        lm = LogManager(root)
-        n = 0
-        for tp in lm.partitions(TOPIC):
-            with lm.open_log(tp) as log:
-                n += log.log_end_offset - log.log_start_offset
-        return n
+        """Data records, not offsets: each partition's COMMIT marker takes one (benchmarks/sink.py)."""
+        return data_records(root, TOPIC)
 
     # ---- case 1: sink throughput ----
     def sink(self, path: str, codec: str, target: str | None = None) -> dict:
