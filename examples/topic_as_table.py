@@ -80,6 +80,7 @@ query = (
     .options(**topic_config)
     .option("topic", "views")
     .option("checkpointLocation", root + "-checkpoint")
+    .trigger(processingTime="1 second")  # a gap between micro-batches, where stop_between_batches stops it
     .start(root)
 )
 while query.isActive and sum(p["numInputRows"] for p in query.recentProgress) < ROWS:
