@@ -110,6 +110,13 @@ def pytest_addoption(parser):
         "suite); the acceptance run is 20; also KAFKALOG_TABLE_KILLS",
     )
     parser.addoption(
+        "--benchmarks",
+        action="store_true",
+        default=False,
+        help="run every script in benchmarks/ at its smallest settings (tests/test_benchmarks.py; also "
+        "KAFKALOG_BENCHMARKS=1; .ci/run does)",
+    )
+    parser.addoption(
         "--fuzz-long",
         action="store_true",
         default=False,
