@@ -10,12 +10,11 @@ was skipped).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.helpers import REPO
+from tests.helpers.spark_procs import run_script
 
 BENCHMARKS = os.path.join(REPO, "benchmarks")
 
@@ -47,16 +46,7 @@ def test_every_benchmark_script_is_in_the_smoke_list():
 
 def _run(script: str, args: list[str], tmp_path) -> str:
     """The script's stdout, once it exited 0."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    env["TMPDIR"] = str(tmp_path)
-    p = subprocess.run(
-        [sys.executable, os.path.join(BENCHMARKS, script), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    p = run_script(os.path.join(BENCHMARKS, script), *args, cwd=REPO, timeout=1800, env={"TMPDIR": str(tmp_path)})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers import REPO
+from tests.helpers.spark_procs import run_script
 
 pytestmark = pytest.mark.spark
 
@@ -18,15 +19,7 @@ EXAMPLES = os.path.join(REPO, "examples")
 
 
 def run(script, *args, cwd):
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    return subprocess.run(
-        [sys.executable, os.path.join(EXAMPLES, script), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_script(os.path.join(EXAMPLES, script), *args, cwd=cwd, timeout=900)
 
 
 def test_the_changelog_example_drops_tombstones_as_it_says(tmp_path):

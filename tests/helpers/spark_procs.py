@@ -62,3 +62,14 @@ def kill_session(proc: subprocess.Popen) -> int:
                 pass
         time.sleep(0.05)
     raise AssertionError(f"processes of the killed driver still run: {session_procs(proc.pid)}")
+
+
+def run_script(path: str, *args: str, cwd, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A Python script of the repository (an example, a benchmark) run to its end in this interpreter, with
+    Spark's workers on it too (PYSPARK_PYTHON); stdout and stderr captured as text."""
+    import sys
+
+    env = {**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return subprocess.run(
+        [sys.executable, path, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
