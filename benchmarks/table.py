@@ -188,10 +188,13 @@ def case_materialize_and_scan(spark, iceberg_ok: bool, lm, root: str, rows: int,
                     runs.setdefault(name, []).append(run)
     mat, klr, dec, pqw = (best_of(runs[k]) for k in ("mat", "kl", "dec", "pqw"))
     print(f"\n1 materialization of {rows:,} records ({PARTITIONS} partitions, uncompressed), best of {rounds}:")
-    print(fmt("kafkalog table pass (one process)", rows, mat))
-    print(fmt('spark.read.format("kafkalog") -> noop', rows, klr))
-    print(fmt("floor: engine read_committed decode alone", rows, dec))
-    print(fmt("floor: pyarrow parquet write (zstd) alone", rows, pqw))
+    for name, run in (
+        ("kafkalog table pass (one process)", mat),
+        ('spark.read.format("kafkalog") -> noop', klr),
+        ("floor: engine read_committed decode alone", dec),
+        ("floor: pyarrow parquet write (zstd) alone", pqw),
+    ):
+        print(fmt(name, rows, run))
     print(
         f"  ratio pass / spark.read kafkalog: {klr[0] / mat[0]:.2f}x rows/s (goal >= 1); "
         f"pass / (decode + parquet write): {(dec[0] + pqw[0]) / mat[0]:.2f}x"
@@ -201,11 +204,14 @@ def case_materialize_and_scan(spark, iceberg_ok: bool, lm, root: str, rows: int,
         print("  skipped: Iceberg's Spark runtime exists for Spark 4.1 only; run with pyspark 4.1 for this case")
         return
     ice, ice_all, klh, pqr = (best_of(runs[k]) for k in ("ice", "ice_all", "kl_headers", "pq_read"))
-    print(fmt("iceberg, kafkalog's default columns -> noop", rows, ice))
-    print(fmt('spark.read.format("kafkalog") -> noop', rows, klr))
-    print(fmt("iceberg, all columns (headers too) -> noop", rows, ice_all))
-    print(fmt("kafkalog, includeHeaders=true -> noop", rows, klh))
-    print(fmt("floor: spark.read.parquet of its data files", rows, pqr))
+    for name, run in (
+        ("iceberg, kafkalog's default columns -> noop", ice),
+        ('spark.read.format("kafkalog") -> noop', klr),
+        ("iceberg, all columns (headers too) -> noop", ice_all),
+        ("kafkalog, includeHeaders=true -> noop", klh),
+        ("floor: spark.read.parquet of its data files", pqr),
+    ):
+        print(fmt(name, rows, run))
     print(
         f"  ratio table scan / kafkalog read: {klr[0] / ice[0]:.2f}x rows/s (goal >= 3), with headers "
         f"{klh[0] / ice_all[0]:.2f}x; Spark's own Parquet read of the same files / kafkalog read: "
