@@ -28,6 +28,7 @@ SMOKE = {
     "s3_lookup.py": (["--segments", "10"], "built 10 segment objects"),
     "scale.py": (["--max-partitions", "10", "--max-segments", "10"], "Growth (per-unit wall cost"),
     "sink.py": (["--rows", "20000", "--runs", "1"], "/ python noop (the floor)"),
+    "sink_path.py": (["--quick"], "transactional commit over transactional=false"),
     "sink_transactions.py": (["--rows", "200", "--rounds", "2"], "transactional"),
     "source.py": (["20000", "1"], "rows/s"),
     "timestamp_lookup.py": (["--quick"], "bytes read"),
