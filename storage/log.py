@@ -306,9 +306,12 @@ class Log:
 
             self.fs.delete_many([self.fs.join(self.dir, snapshot_file_name(previous))])
 
-    def _snapshot_adopted(self, first: int) -> None:
+    def _snapshot_adopted(self, first: int, staged: list[StagedSegment]) -> None:
         """Each adopted segment is a roll: a producer snapshot at its base offset. Whether they hold producer
-        batches is read from each one's first batch header (a commit stamps all of its batches alike)."""
+        batches is read from each one's first batch header (a commit stamps all of its batches alike). The
+        producer table advances over an adopted segment by its batch headers alone (one read per batch at the
+        staged positions), not by reading its records back."""
+        from .file_records import read_batch_headers
         from .objects.immutable_segment import read_first_header
 
         adopted = [seg for seg in self._segments if seg.base_offset >= first]
@@ -318,8 +321,13 @@ class Log:
                 if header is not None and header.producer_id >= 0:
                     self._producers_seen = True
                     break
+        positions = {first + s.base_offset: s.positions for s in staged}
         for seg in adopted:
             self._take_producer_snapshot(seg.base_offset)
+            table = self._producers
+            if table is not None and table.as_of == seg.base_offset and seg.base_offset in positions:
+                headers = read_batch_headers(self.fs, seg.log_path, positions[seg.base_offset])
+                table.feed_headers(headers, self.fs.url(seg.log_path))
 
     def _close_snapshot_due(self) -> bool:
         """Kafka snapshots at a clean shutdown, which is rare; a sink's writer closes at every commit. So a close
@@ -381,7 +389,7 @@ class Log:
             return LogAppendInfo(self._next_offset, self._next_offset - 1, -1, -1, 0, 0, 0, -1)
         self._next_offset = first + staged[-1].next_offset
         self.flush()
-        self._snapshot_adopted(first)
+        self._snapshot_adopted(first, staged)
         max_ts = [s.max_timestamp for s in staged]
         j = int(np.argmax(max_ts))
         return LogAppendInfo(

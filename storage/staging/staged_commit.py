@@ -40,9 +40,8 @@ from ..errors import ConcurrentAppendError, KafkaStorageError, TransactionAborte
 from ..log import StagedSegment
 from ..log_manager import LogManager
 from ..objects.immutable_segment import immutable_segments
-from ..records.record_batch import CRC_OFFSET, RECORDS_COUNT_OFFSET
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
-from ..transactions.commit_stamp import stamp_commit
+from ..transactions.commit_stamp import stamp_commit, stamp_segment
 from ..transactions.transaction_coordinator import (
     ABORT,
     COMMIT,
@@ -513,19 +512,12 @@ def _read_stamped(
 
 
 def _stamp_staged_segment(lm: LogManager, seg: StagedSegment, writer_id: int, batch_id: int, *, max_batch_size: int):
-    """Stamp a staged segment's batches in place before it is adopted (stamp_commit, transactional): the
-    stamped header fields and the CRC are 40 contiguous bytes per batch, written back with one pwrite each."""
+    """Stamp a staged segment's batches in place before it is adopted (stamp_segment, transactional): its
+    batch headers are read and 40 bytes per batch written back; the records are not read."""
     path = lm.fs.join(seg.dir, segment_file_name(seg.base_offset, LOG_FILE_SUFFIX))
-    piece = StagedPartition("", 0, (seg,), 0, True)
-    start = 0
-    for data in read_staged(lm, piece):
-        scan = stamp_commit(
-            data, writer_id, batch_id, max_batch_size=max_batch_size, source=lm.url(path), transactional=True
-        )
-        view = memoryview(data)
-        regions = b"".join(view[p + CRC_OFFSET : p + RECORDS_COUNT_OFFSET] for p in scan.positions.tolist())
-        lm.fs.write_at(path, scan.positions + (start + CRC_OFFSET), regions, durable=True)
-        start += len(data)
+    stamp_segment(
+        lm.fs, path, seg.positions, seg.size, writer_id, batch_id, max_batch_size=max_batch_size, transactional=True
+    )
 
 
 def _same_log_dir(lm: LogManager, piece: StagedPartition, partition_dir: str) -> bool:

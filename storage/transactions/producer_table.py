@@ -13,7 +13,7 @@ import numpy as np
 from ..common.constants import INT32_MAX
 from ..errors import TooManyProducersError
 from ..file_records import BatchChunk
-from ..records.record_batch import CONTROL_FLAG_MASK
+from ..records.record_batch import CONTROL_FLAG_MASK, SCAN_OK, BatchScan, validate_batches
 from .producer_snapshot import PRODUCER_ENTRY_DTYPE, latest_valid_snapshot, write_snapshot
 from .transaction_index import AbortedTxn
 from .transaction_state import MAX_OPEN_TRANSACTIONS, TransactionScan, read_end_marker
@@ -120,6 +120,21 @@ class ProducerTable:
             for chunk in log.read(self.as_of, end):
                 self.feed(chunk)
             self.as_of = end
+
+    def feed_headers(self, headers: np.ndarray, source: str) -> bool:
+        """Advance over data batches known by their headers alone, the next ones after `as_of` (an adopted staging
+        segment: its records need not be read). The headers are checked first; False, with nothing fed, when
+        they do not start at `as_of` or hold a control batch (a marker's records are needed: advance reads them)."""
+        if not len(headers) or int(headers["base_offset"][0]) != self.as_of:
+            return False
+        if (headers["attributes"] & CONTROL_FLAG_MASK).any():
+            return False
+        positions = np.zeros(len(headers), np.int64)  # no buffer: feed reads records of control batches only
+        scan = BatchScan(positions, headers, 0, SCAN_OK)
+        validate_batches(b"", scan, source=source, check_crc=False, expected_first_offset=self.as_of)
+        self.feed(BatchChunk(b"", scan, 0, source))
+        self.as_of = int(scan.last_offsets[-1]) + 1
+        return True
 
     def feed(self, chunk: BatchChunk) -> None:
         """Advance over a chunk of whole batches, in offset order, following the last one."""

@@ -268,6 +268,30 @@ def test_adopted_segments_of_a_transactional_commit_each_get_one(root):
     assert (entry.producer_id, entry.current_txn_first_offset) == (42, 61)
     (entry,) = entries_at(lm, end)
     assert (entry.producer_id, entry.current_txn_first_offset, entry.coordinator_epoch) == (42, -1, 0)
+    # an adopted segment is fed by its batch headers alone: every snapshot equals a scan of the records
+    with lm.open_log(TP) as log:
+        for offset in snaps:
+            scan = producer_table.ProducerTable("t-0", 0)
+            scan.advance(log, offset)
+            assert entries_of(scan.to_array()) == entries_at(lm, offset), offset
+
+
+def test_feed_headers_takes_only_the_next_data_batches(lm):
+    """What an adopted segment's headers may advance: data batches starting at as_of; else nothing is fed."""
+    with lm.open_log(TP, writable=True) as log:
+        for b in BATCHES:
+            log.append(b)
+        headers = np.concatenate([c.scan.headers for c in log.read(0, log.log_end_offset)])
+        first_control = int(np.flatnonzero((headers["attributes"] & 0x20) != 0)[0])
+        stop = int(headers["base_offset"][first_control])
+        by_records = producer_table.ProducerTable("t-0", 0)
+        by_records.advance(log, stop)
+    table = producer_table.ProducerTable("t-0", 0)
+    assert not table.feed_headers(headers[1:], "x")  # not at as_of
+    assert not table.feed_headers(headers, "x")  # a marker's records are needed
+    assert table.as_of == 0 and not table.entries
+    assert table.feed_headers(headers[:first_control], "x")
+    assert table.as_of == stop and table.entries == by_records.entries and table.entries
 
 
 def test_a_corrupt_latest_snapshot_is_passed_over_for_an_older_one(lm, caplog):

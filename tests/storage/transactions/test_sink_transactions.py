@@ -200,6 +200,56 @@ def test_an_adopted_staging_segment_is_stamped_transactional(root):
     assert all(b["crc_ok"] and b["transactional"] and (b["producer_id"], b["base_sequence"]) == (W, 3) for b in data)
 
 
+def _damage_a_record(piece) -> int:
+    """Flip a byte inside the records of a staged segment's second batch (after its CRC was written); returns
+    the batch's base offset in the staging log."""
+    seg = piece.segments[0]
+    path = os.path.join(seg.dir, f"{seg.base_offset:020d}.log")
+    with open(path, "r+b") as f:
+        f.seek(int(seg.positions[1]) + 70)
+        byte = f.read(1)
+        f.seek(int(seg.positions[1]) + 70)
+        f.write(bytes([byte[0] ^ 0x20]))
+    return int(seg.base_offsets[1])
+
+
+def test_an_adopted_segment_damaged_after_staging_stays_damaged_after_its_stamp(root):
+    """The stamp updates CRCs for the header edit alone (no pass over the records): a record damaged since it
+    was staged keeps a CRC that does not match, so kafka-python and our reader both still reject that batch."""
+    from storage.errors import CorruptRecordError
+    from storage.staging.record_stager import ADOPT_MIN_BYTES
+
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    n = ADOPT_MIN_BYTES // 100 + 1000
+    f = stage(lm, pa.table({"value": pa.array([os.urandom(120) for _ in range(n)], pa.binary())}))
+    assert f.partitions[0].adopt
+    _damage_a_record(f.partitions[0])
+    commit_staged(lm, W, 3, [f], transactional=True)
+    *data, marker = kp_batches(partition_bytes(root, 0))
+    assert [b["crc_ok"] for b in data] == [i != 1 for i in range(len(data))]
+    assert all(b["transactional"] and (b["producer_id"], b["base_sequence"]) == (W, 3) for b in data)
+    with lm.open_log(TopicPartition("t", 0)) as log, pytest.raises(CorruptRecordError, match="CRC"):
+        for _ in log.read_records(0):
+            pass
+
+
+def test_a_copied_piece_damaged_after_staging_fails_its_commit_with_nothing_appended(root):
+    from storage.errors import CorruptRecordError
+
+    lm = LogManager(root)
+    lm.create_topic("t", 1)
+    f = stage(
+        lm, pa.table({"value": pa.array([os.urandom(120) for _ in range(200)], pa.binary())}), max_batch_bytes=4000
+    )
+    assert not f.partitions[0].adopt
+    _damage_a_record(f.partitions[0])
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        commit_staged(lm, W, 3, [f], transactional=True)
+    with lm.open_log(TopicPartition("t", 0)) as log:
+        assert log.log_end_offset == 0
+
+
 # ---------------------------------------------------------------- crashes at every step
 
 
