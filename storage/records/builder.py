@@ -192,9 +192,11 @@ def _encode(
     delete_horizon_ms=None,
     now_ms=None,
     compression_level=None,
+    rows=None,
 ) -> tuple[np.ndarray, BatchScan]:
     """The encoder behind encode_records and build_batch; its keyword arguments, with their defaults, are
-    the options both take."""
+    the options both take. `rows`: the row numbers to encode, in this order (default: all, as they are), so a
+    caller that routes rows to partitions encodes each partition's rows without first gathering them."""
     compression = (
         CompressionType.for_name(compression) if isinstance(compression, str) else CompressionType(compression)
     )
@@ -204,6 +206,12 @@ def _encode(
     if now_ms is None:
         now_ms = SYSTEM_TIME.milliseconds()
     n, ts, (ks, kl, kd), (vs, vl, vd), (hstart, hcount, (hks, hkl, hkd), (hvs, hvl, hvd)) = _prepare(table, now_ms)
+    if rows is not None:  # the kernels read each record's bytes where its starts point: permute those, not data
+        rows = np.asarray(rows, np.int64)
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= n):
+            raise IndexError(f"rows to encode must be in [0, {n})")
+        n = len(rows)
+        ts, ks, kl, vs, vl, hstart, hcount = (a[rows] for a in (ts, ks, kl, vs, vl, hstart, hcount))
     if n == 0:
         return _EMPTY_U8, BatchScan(np.zeros(0, np.int64), np.zeros(0, HEADER_DTYPE), 0, SCAN_OK)
     use_fixed = delete_horizon_ms is not None
@@ -317,7 +325,8 @@ def encode_records(
     Log.append(..., built=scan) takes over instead of re-scanning and re-checking CRCs. `options`: those
     of _encode (compression, base_offset, timestamp_type, producer fields, is_transactional, control: the
     control bit, for batches of control records such as transaction markers, delete_horizon_ms, now_ms,
-    compression_level: Kafka's compression.<codec>.level, None for its default)."""
+    compression_level: Kafka's compression.<codec>.level, None for its default; rows: which rows, in which
+    order)."""
     if max_batch_bytes < MIN_BATCH_BYTES:
         raise InvalidConfigError(
             f"max_batch_bytes {max_batch_bytes} is below the smallest batch, {MIN_BATCH_BYTES} bytes "

@@ -214,17 +214,18 @@ class RecordStager:
             self._null_keys += nulls
         cols = [c for c in ("key", "value", "timestamp", "headers") if c in table.column_names]
         body = table.select(cols)
-        if n > 1 and (parts[1:] < parts[:-1]).any():  # one gather into partition order, then zero-copy slices
+        order = None
+        if n > 1 and (parts[1:] < parts[:-1]).any():  # each partition's rows, in input order: no gather of the data
             order = np.argsort(parts.astype(np.int16) if num_partitions <= 2**15 else parts, kind="stable")
             parts = parts[order]  # (a stable sort of int16 is a radix sort)
-            body = body.take(pa.array(order))
         starts = np.concatenate(([0], np.flatnonzero(parts[1:] != parts[:-1]) + 1, [n]))
         level = self.compression_level
         if level is None:
             level = self._configs[topic].compression_level(self.compression)
         for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=False):
             data, scan = encode_records(
-                body.slice(a, b - a),
+                body if order is not None else body.slice(a, b - a),
+                rows=order[a:b] if order is not None else None,
                 compression=self.compression,
                 compression_level=level,
                 producer_id=self.writer_id,

@@ -206,6 +206,28 @@ def test_strings_large_types_chunked_and_sliced_input():
     assert [r[0] for r in got] == [0, 1, 2]
 
 
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_rows_encode_a_permutation_as_the_gathered_table_would(codec):
+    """encode_records(rows=...) (the stager routes rows to partitions that way, with no gather of the data)
+    gives the bytes of encoding table.take(rows), nulls, headers and a sliced input included."""
+    from storage.records.builder import encode_records
+
+    base = table(
+        [b"a", b"bb", None, b"dddd", b"e"],
+        [b"1", None, b"333", b"4444", b""],
+        [10, 20, 30, 40, 50],
+        [[("k", b"v")], None, [("k2", None)], [], [("a", b"b"), ("c", b"d")]],
+    )
+    sliced = pa.concat_tables([base, base]).combine_chunks().to_batches()[0].slice(2, 7)
+    for t in (base, sliced):
+        for rows in ([4, 0, 2], [1, 1, 3, 0], list(range(t.num_rows))[::-1], []):
+            opts = dict(compression=codec, now_ms=NOW, producer_id=3, producer_epoch=0, max_batch_bytes=120)
+            want = encode_records(pa.table(t).take(pa.array(rows, pa.int64())), **opts)[0].tobytes()
+            assert encode_records(t, rows=np.array(rows, np.int64), **opts)[0].tobytes() == want, rows
+    with pytest.raises(IndexError):
+        encode_records(base, rows=np.array([5]))
+
+
 def test_minimal_table_value_only():
     t = pa.table({"value": pa.array([b"x", None])})
     rb = decode_batches(build_records(t, now_ms=NOW))
