@@ -18,7 +18,8 @@ Cases (the kafka path and the kafkalog path of each run in turn, the order rever
    input: 16-byte key, 100-byte value, 2 tasks) into a fresh topic, uncompressed and zstd (the connector's
    kafka.compression.type, kafkalog's compression.type; both at zstd level 3). rows/s from start() to
    awaitTermination(). Floors, as in sink.py: Spark's noop sink (the input alone: what any sink pays) and
-   a Python sink that drops its Arrow batches (what any Python sink pays).
+   a Python sink that drops its Arrow batches (what any Python sink pays). kafkalog runs twice: with its default,
+   one transaction per micro-batch, and with transactional=false, to show what the transaction costs.
  2 sink trigger: the median triggerExecution after the first two of B micro-batches of M rows (latency.py's
    parquet file-stream input, 2 tasks each) into a fresh topic; floor: latency.py's Python floor sink.
  3 source: a batch read of the N rows case 1 wrote (the kafka sink into the broker, the kafkalog sink into
@@ -246,13 +247,14 @@ class VsKafka:
             topic = target or self.fresh_topic()
             self.used[topic] = rows
             start = self.kafka_sink(w, topic, codec).start
-        elif path == "kafkalog":
+        elif path in ("kafkalog", "kafkalog-ntx"):
             root = target or out
             w = (
                 w.format("kafkalog")
                 .option("topic", TOPIC)
                 .option("partitions", PARTITIONS)
                 .option("compression.type", codec)
+                .option("transactional", str(path == "kafkalog").lower())
             )
             start = lambda: w.start(root)  # noqa: E731
         else:
@@ -261,7 +263,7 @@ class VsKafka:
         got = sum(p["numInputRows"] for p in q.recentProgress)
         if got != rows:
             raise RuntimeError(f"sink {path}: the query read {got} rows, expected {rows}")
-        if path == "kafkalog":
+        if path in ("kafkalog", "kafkalog-ntx"):
             held = self.log_records(root)
             if held != rows:
                 raise RuntimeError(f"kafkalog holds {held} records, the query wrote {rows}")
@@ -479,8 +481,8 @@ class VsKafka:
 # ---- the plan and the report ----
 CASES = {
     "1": [
-        ("sink none", "sink", ("none",), ("kafka", "kafkalog", "noop", "python")),
-        ("sink zstd", "sink", ("zstd",), ("kafka", "kafkalog")),
+        ("sink none", "sink", ("none",), ("kafka", "kafkalog", "kafkalog-ntx", "noop", "python")),
+        ("sink zstd", "sink", ("zstd",), ("kafka", "kafkalog", "kafkalog-ntx")),
     ],
     "2": [("sink trigger", "sink_trigger", (), ("kafka", "kafkalog", "floor"))],
     "3": [
@@ -501,6 +503,7 @@ LABELS = {
 PATHS = {
     "kafka": {"sink": "kafka sink -> broker", "read": "kafka source <- broker", "e2e": "kafka sink->broker->source"},
     "kafkalog": {"sink": "kafkalog sink -> ROOT", "read": "kafkalog <- ROOT", "e2e": "kafkalog sink->ROOT->readStream"},
+    "kafkalog-ntx": {"sink": "kafkalog, transactional=false"},
     "noop": {"sink": "noop sink (input only)"},
     "python": {"sink": "python noop (floor)"},
     "floor": {"sink": "python floor sink", "read": "python floor source"},
@@ -564,6 +567,13 @@ def report(results: dict, args) -> None:
             f"kafkalog {kl['spark'] + kl['broker']:.2f}"
         )
         print(line)
+        if "kafkalog-ntx" in best:
+            n = best["kafkalog-ntx"]
+            print(
+                f"  transactional=false / kafka: {n['v'] / k['v']:.2f}x the {unit}; the transaction's cost: the "
+                f"default has {kl['v'] / n['v']:.2f}x the rows/s of transactional=false (cpu s {kl['spark']:.2f} / "
+                f"{n['spark']:.2f})"
+            )
 
 
 def session():
