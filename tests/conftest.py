@@ -117,6 +117,13 @@ def pytest_addoption(parser):
         "KAFKALOG_BENCHMARKS=1; .ci/run does)",
     )
     parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help="also run the tests marked `long` (kill/restart loops, a Spark cluster, whole example programs: "
+        "minutes each), which the default suite skips; also KAFKALOG_LONG=1; .ci/run runs them as a step",
+    )
+    parser.addoption(
         "--fuzz-long",
         action="store_true",
         default=False,
@@ -135,14 +142,20 @@ def _kafka_required() -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Selected `kafka` tests get the jars (resolved once with Maven) and the connector in `spark.jars`.
+    """`long` tests are skipped unless asked for; selected `kafka` tests get the jars (resolved once with Maven)
+    and the connector in `spark.jars`.
 
     Last of the hooks, so `items` is what `-m` and `-k` kept: a run that selects no `kafka` test (the
     iceberg_spark run on pyspark 4.1 in .ci/run) resolves no connector. This runs before any SparkSession
     starts, so the shared session carries Spark's Kafka connector when, and only when, a test that needs
     it was selected.
     """
-    selected = [item for item in items if item.get_closest_marker("kafka")]
+    if not (config.getoption("--long") or os.environ.get("KAFKALOG_LONG") == "1"):
+        skip_long = pytest.mark.skip(reason="a long run (minutes): pass --long or set KAFKALOG_LONG=1 (.ci/run does)")
+        for item in items:
+            if item.get_closest_marker("long"):
+                item.add_marker(skip_long)
+    selected = [item for item in items if item.get_closest_marker("kafka") and not item.get_closest_marker("skip")]
     if not selected:
         return
     try:

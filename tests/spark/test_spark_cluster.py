@@ -54,7 +54,7 @@ from tests.helpers.spark_procs import kill_session, proc_cmdline, session_procs
 from tests.spark import spark_cluster_app as app
 from tools.s3_server import ACCESS_KEY, BUCKET, REGION, SECRET_KEY
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.long]
 
 MASTER = "local-cluster[2,1,1024]"  # 2 workers of 1 core and 1024 MB: one executor each
 HANG_S = 600  # generous: only a hang reaches it (JVMs starting on a busy 2-core machine take their time)

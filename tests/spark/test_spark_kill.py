@@ -30,7 +30,7 @@ from tests.helpers.kafka_reference import kp_committed, kp_parse
 from tests.helpers.spark_procs import kill_session, session_procs
 from tests.spark import spark_kill_driver as driver
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]
 
 KILL_ROUNDS = 3  # each mode once; about 17 s a round (a driver start); the acceptance run takes 20
 SEED = 20240611

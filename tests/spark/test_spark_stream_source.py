@@ -28,6 +28,7 @@ def read_output(spark, path):
     return [(r.partition, r.offset) for r in spark.read.parquet(path).select("partition", "offset").collect()]
 
 
+@pytest.mark.long
 def test_reader_restarted_ten_times_beside_a_writer_sees_every_record_once(spark_session, tmp_path):
     root, out = str(tmp_path / "logs"), str(tmp_path / "out")
     writer = (
