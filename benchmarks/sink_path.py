@@ -9,8 +9,8 @@ Stages, each timed alone on the same data, chunk by chunk as RecordStager stream
 warm-up round):
   select      what the writer and RecordStager.add do before routing: select the sink's columns, gather the
               10k-row batches into COALESCE_ROWS-row tables (concat + combine_chunks: one copy)
-  route       partition_for_keys (Kafka's murmur2), the stable sort into partition order and the gather (take)
-  encode      encode_records per partition slice: framing, varints, CRC-32C, compression
+  route       partition_for_keys (Kafka's murmur2) and the stable sort into partition order
+  encode      encode_records per partition, its rows read in place (rows=): framing, varints, CRC-32C, compression
   stage       the staging Log's appends of the encoded bytes (index entries, batch positions, O_DIRECT writes),
               and its release (the fsync of an adopted log)
   task        the whole executor side as the writer runs it: RecordStager.add over the batches, then finish()
@@ -104,18 +104,20 @@ class Bench:
         """select: the writer's column selection and RecordStager's coalescing (concat + combine_chunks)."""
         return pa.Table.from_batches([b.select(["key", "value", "timestamp"]) for b in pending]).combine_chunks()
 
-    def route(self, table: pa.Table) -> tuple[np.ndarray, pa.Table]:
-        """route: murmur2 partitions, the stable sort and the gather (take), as RecordStager._add_topic does."""
+    def route(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """route: murmur2 partitions and the stable sort into partition order, as RecordStager._add_topic does."""
         parts = partition_for_keys(table.column("key"), self.args.partitions).astype(np.int64)
         order = np.argsort(parts.astype(np.int16), kind="stable")
-        return parts[order], table.take(pa.array(order))
+        return parts[order], order
 
-    def encode(self, parts: np.ndarray, body: pa.Table) -> list:
+    def encode(self, table: pa.Table, parts: np.ndarray, order: np.ndarray) -> list:
+        """encode: each partition's rows, read where they are (encode_records(rows=...)), as the stager does."""
         out = []
         starts = np.concatenate(([0], np.flatnonzero(parts[1:] != parts[:-1]) + 1, [len(parts)]))
         for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
             data, scan = encode_records(
-                body.slice(a, b - a),
+                table,
+                rows=order[a:b],
                 compression=self.codec,
                 compression_level=3,
                 producer_id=WRITER_ID,
@@ -155,8 +157,8 @@ class Bench:
         for batches in self.tasks:
             for i in range(0, len(batches), -(-COALESCE_ROWS // SPARK_BATCH_ROWS)):
                 table = self.clock("select", self.select, batches[i : i + -(-COALESCE_ROWS // SPARK_BATCH_ROWS)])
-                parts, body = self.clock("route", self.route, table)
-                encoded = self.clock("encode", self.encode, parts, body)
+                parts, order = self.clock("route", self.route, table)
+                encoded = self.clock("encode", self.encode, table, parts, order)
                 for p, data, scan in encoded:
                     self.clock("crc32c floor", crc32c.crc32c, data)
                     self.clock("write floor", os.write, fd, data)
@@ -165,7 +167,7 @@ class Bench:
                     self.clock("stage", logs[p].append, data, built=scan)
                 if self.codec is CompressionType.ZSTD:
                     for col in ("key", "value"):
-                        self.clock("zstd floor", zstd.compress, body.column(col).chunk(0).buffers()[2])
+                        self.clock("zstd floor", zstd.compress, table.column(col).chunk(0).buffers()[2])
         for log in logs.values():
             self.clock("stage", log.release, fsync=True)
         self.clock("fsync floor", os.fsync, fd)
