@@ -27,6 +27,7 @@ writer that loses the race for the log end reopens the log, checks again whether
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -37,7 +38,7 @@ import numpy as np
 
 from ..common.time import SYSTEM_TIME, Time
 from ..errors import ConcurrentAppendError, KafkaStorageError, TransactionAbortedError
-from ..log import StagedSegment
+from ..log import Log, StagedSegment
 from ..log_manager import LogManager
 from ..objects.immutable_segment import immutable_segments
 from ..topic_partition import LOG_FILE_SUFFIX, TopicPartition, segment_file_name
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 
 STAGED_PREFIX = ".kafkalog-staged-"
 APPEND_CHUNK_BYTES = 64 * 1024 * 1024  # the copy path appends at most this much at a time
+HELD_LOGS = 64  # a transaction over at most this many partitions keeps each log open from its data to its marker
 STAGED_MARKER = "task"  # in each staging directory: the task index; its mtime is the attempt's age
 CONFLICT_RETRIES = 50  # immutable commits: how often a partition commit may lose the race for the log end
 
@@ -177,33 +179,38 @@ def _commit_transaction(
         delete_decision(lm.fs, path)
     txn = new_transaction(lm.fs, lm.root, writer_id, batch_id, timeout_ms=timeout_ms, now_ms=clock.milliseconds())
     written: dict[TopicPartition, tuple[int, int, int]] = {}  # tp -> (first, last data offset, records)
-    for tp in sorted(by_tp):
-        if immutable:
-            got = _transaction_data_immutable(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout, retries, clock)
-        else:
-            got = _transaction_data(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout)
-        if got is None:
-            result.skipped.append(tp)
-        else:
-            written[tp] = got
-    if not written:
-        return
-    # a transaction older than COMMIT_HORIZON_MS may have had its abort decision deleted: never commit it
-    late = clock.milliseconds() - txn.started_ms > COMMIT_HORIZON_MS
-    outcome = decide(
-        lm.fs,
-        txn.decision,
-        ABORT if late else COMMIT,
-        {
-            "partitions": [[tp.topic, tp.partition, first] for tp, (first, _, _) in sorted(written.items())],
-            "timestamp": clock.milliseconds(),
-        },
-    )
-    for tp in sorted(written):
-        if immutable:
-            _transaction_marker_immutable(lm, tp, writer_id, ephemeral, lock_timeout, retries, clock)
-        else:
-            _transaction_marker(lm, tp, writer_id, txn, ephemeral, lock_timeout)
+    with contextlib.ExitStack() as held:  # the logs kept open (and locked) from their data to their marker
+        logs: dict[TopicPartition, Log] = {}
+        keep = held if not immutable and len(by_tp) <= HELD_LOGS else None
+        for tp in sorted(by_tp):
+            if immutable:
+                got = _transaction_data_immutable(
+                    lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout, retries, clock
+                )
+            else:
+                got = _transaction_data(lm, tp, by_tp[tp], writer_id, batch_id, txn, lock_timeout, keep=keep, logs=logs)
+            if got is None:
+                result.skipped.append(tp)
+            else:
+                written[tp] = got
+        if not written:
+            return
+        # a transaction older than COMMIT_HORIZON_MS may have had its abort decision deleted: never commit it
+        late = clock.milliseconds() - txn.started_ms > COMMIT_HORIZON_MS
+        outcome = decide(
+            lm.fs,
+            txn.decision,
+            ABORT if late else COMMIT,
+            {
+                "partitions": [[tp.topic, tp.partition, first] for tp, (first, _, _) in sorted(written.items())],
+                "timestamp": clock.milliseconds(),
+            },
+        )
+        for tp in sorted(written):
+            if immutable:
+                _transaction_marker_immutable(lm, tp, writer_id, ephemeral, lock_timeout, retries, clock)
+            else:
+                _transaction_marker(lm, tp, writer_id, txn, ephemeral, lock_timeout, plog=logs.get(tp))
     if outcome != COMMIT:
         raise TransactionAbortedError(
             f"batch {batch_id} of writer {writer_id} was aborted by another opener (its transaction "
@@ -225,9 +232,14 @@ def _transaction_data(
     batch_id: int,
     txn: TransactionRef,
     lock_timeout: float | None,
+    *,
+    keep: contextlib.ExitStack | None = None,
+    logs: dict | None = None,
 ) -> tuple[int, int, int] | None:
-    """A partition's data, durable, marked pending under the transaction; None if the batch is in."""
-    with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
+    """A partition's data, durable, marked pending under the transaction; None if the batch is in. With `keep`,
+    a log that took the data stays open on it (in `logs`) for the marker: no second open of the partition."""
+    with contextlib.ExitStack() as stack:
+        plog = stack.enter_context(lm.open_log(tp, writable=True, lock_timeout=lock_timeout))
         state = plog.producer_state
         state.resolve_pending(plog, opener=writer_id)  # this writer's own leftovers (a restarted query)
         if state.entry(writer_id).committed_batch_id >= batch_id:
@@ -240,16 +252,32 @@ def _transaction_data(
         _append_pieces(lm, plog, pieces, stamp=(writer_id, batch_id))
         if plog.config.flush_overridden:  # the decision needs the data durable, whatever flush.ms says
             plog.flush()
+        if keep is not None and logs is not None:
+            keep.enter_context(stack.pop_all())
+            logs[tp] = plog
         return first, plog.log_end_offset - 1, sum(p.records for p in pieces)
 
 
 def _transaction_marker(
-    lm: LogManager, tp: TopicPartition, writer_id: int, txn: TransactionRef, ephemeral: bool, lock_timeout
+    lm: LogManager,
+    tp: TopicPartition,
+    writer_id: int,
+    txn: TransactionRef,
+    ephemeral: bool,
+    lock_timeout,
+    plog: Log | None = None,
 ) -> None:
-    """Open the partition: its loader ends the pending transaction as the decision says (resolve_pending
-    writes the marker); then a one-off writer is forgotten."""
-    with lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as plog:
-        state = plog.producer_state
+    """End the partition's pending transaction as the decision says (resolve_pending writes the marker): in
+    `plog`, the log still open from the data, or by opening the partition (its loader does it); then a
+    one-off writer is forgotten."""
+    with (
+        contextlib.nullcontext(plog)
+        if plog is not None
+        else lm.open_log(tp, writable=True, lock_timeout=lock_timeout) as opened
+    ):
+        state = opened.producer_state
+        if plog is not None:
+            state.resolve_pending(opened)
         p = state.entry(writer_id).pending
         if p is not None and p.transaction == txn:
             raise KafkaStorageError(f"{tp}: transaction {lm.fs.url(txn.decision)} is decided but still open")

@@ -200,6 +200,28 @@ def test_an_adopted_staging_segment_is_stamped_transactional(root):
     assert all(b["crc_ok"] and b["transactional"] and (b["producer_id"], b["base_sequence"]) == (W, 3) for b in data)
 
 
+@pytest.mark.parametrize("held", [64, 1])
+def test_a_partition_is_opened_once_per_transaction_unless_there_are_too_many(root, monkeypatch, held):
+    """Each partition's log stays open from its data to its marker (no second load of the partition), up to
+    HELD_LOGS partitions; beyond, each is opened again for its marker. Both end in the same committed view."""
+    monkeypatch.setattr(sc, "HELD_LOGS", held)
+    lm = LogManager(root)
+    lm.create_topic("t", PARTITIONS)
+    opened = []
+    real = LogManager.open_log
+
+    def counting(self, tp, **kw):
+        opened.append(tp.partition)
+        return real(self, tp, **kw)
+
+    monkeypatch.setattr(LogManager, "open_log", counting)
+    for batch in (0, 1):
+        commit_staged(lm, W, batch, [stage(lm, table(batch))], transactional=True)
+    assert len(opened) == 2 * PARTITIONS * (1 if held >= PARTITIONS else 2)
+    views, _ = committed_view(root)
+    assert sorted(v for vs in views.values() for v in vs) == expected_values([0, 1])
+
+
 def _damage_a_record(piece) -> int:
     """Flip a byte inside the records of a staged segment's second batch (after its CRC was written); returns
     the batch's base offset in the staging log."""
