@@ -197,3 +197,19 @@ def test_spark_lookup_of_the_data_source_imports_nothing_heavy_of_ours():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_drivers_commit_process_imports_no_numba_and_no_encoder():
+    """Spark runs a stream writer's commit() in a Python process of its own on the driver: importing what it
+    needs (the writer module and the staged commit, the CRC update of the transactional stamp included) must
+    not load numba or the encoder, which would cost its first commit a few hundred ms (docs/spark.md)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, python_datasource.writer, storage.staging.staged_commit\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba' or m.startswith("
+        "('storage.staging.record_stager', 'storage.records.builder', 'storage.records._record_kernels'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -3,6 +3,7 @@
 import crc32c
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
@@ -38,6 +39,18 @@ def test_an_edit_inside_the_header_gives_the_crc_of_the_edited_batch(body, edits
         assert int(got) == _full(batch)
     else:  # never laundered: the damaged batch still fails its check
         assert int(got) != _full(batch)
+
+
+@pytest.mark.parametrize("size", [61, 62, (1 << 20) + 61, (5 << 19) + 7])
+def test_batches_longer_than_the_zero_buffer(size):
+    batch = bytearray(np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes())
+    old = np.frombuffer(bytes(batch[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]), np.uint8)
+    stored = _full(batch)
+    batch[ATTRIBUTES_OFFSET] ^= 0x10
+    batch[RECORD_BATCH_OVERHEAD - 5] ^= 0x7F
+    new = np.frombuffer(bytes(batch[ATTRIBUTES_OFFSET:RECORD_BATCH_OVERHEAD]), np.uint8)
+    (got,) = updated_crcs(np.array([stored], np.uint32), old[None], new[None], np.array([size]))
+    assert int(got) == _full(batch)
 
 
 def test_many_real_batches_at_once_pass_kafka_pythons_crc_check():
