@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import REPO
 from tests.helpers.spark_procs import run_script
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.long]  # whole programs, a Spark start each: the long tier
 
 EXAMPLES = os.path.join(REPO, "examples")
 
@@ -22,7 +22,6 @@ def run(script, *args, cwd):
     return run_script(os.path.join(EXAMPLES, script), *args, cwd=cwd, timeout=900)
 
 
-@pytest.mark.long
 def test_the_changelog_example_drops_tombstones_as_it_says(tmp_path):
     p = run("compacted_changelog.py", str(tmp_path / "changelog"), cwd=tmp_path)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
@@ -116,7 +115,6 @@ def _table_example_checks(p) -> None:
     assert not quiet(p.stderr.splitlines()), quiet(p.stderr.splitlines())[:5]
 
 
-@pytest.mark.long
 def test_the_table_example_queries_the_table_with_spark_sql_and_duckdb(tmp_path):
     """On this pyspark (no Iceberg runtime for it): Spark SQL over pyiceberg's Arrow, and DuckDB."""
     _table_example_checks(run("topic_as_table.py", str(tmp_path / "table"), cwd=tmp_path))
