@@ -61,7 +61,8 @@ NOT_RUN = [
     (
         "README.md",
         "python -m pip install -U pip && python -m pip install -e '.[test]'",
-        "installs into the current Python (pip) and runs the demo for minutes; tests/test_examples.py runs the demo (the long tier)",
+        "installs into the current Python (pip) and runs the demo for minutes; "
+        "tests/test_examples.py runs the demo (the long tier)",
     ),
     (
         "README.md",

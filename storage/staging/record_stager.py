@@ -208,10 +208,10 @@ class RecordStager:
             missing = np.ones(n, bool)
         if missing.any():
             keys = table.column("key") if "key" in table.column_names else pa.nulls(n, pa.binary())
-            keyed = partition_for_keys(keys.filter(pa.array(missing)), num_partitions, null_key_start=self._null_keys)
-            parts[missing] = keyed
-            nulls = int(pc.sum(keys.filter(pa.array(missing)).is_null()).as_py() or 0)
-            self._null_keys += nulls
+            if not missing.all():  # (no partition column: every row is keyed, and nothing is copied)
+                keys = keys.filter(pa.array(missing))
+            parts[missing] = partition_for_keys(keys, num_partitions, null_key_start=self._null_keys)
+            self._null_keys += keys.null_count
         cols = [c for c in ("key", "value", "timestamp", "headers") if c in table.column_names]
         body = table.select(cols)
         order = None
