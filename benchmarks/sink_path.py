@@ -42,12 +42,11 @@ from sink import machine_busy_seconds, own_cpu_seconds  # noqa: E402
 
 from storage.log import Log  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
-from storage.log_segment import LogSegment, segment_settings  # noqa: E402
 from storage.records.builder import encode_records  # noqa: E402
 from storage.records.record_batch import CompressionType  # noqa: E402
 from storage.staging import staged_commit  # noqa: E402
 from storage.staging.partitioner import partition_for_keys  # noqa: E402
-from storage.staging.record_stager import COALESCE_ROWS, RecordStager, staging_config  # noqa: E402
+from storage.staging.record_stager import COALESCE_ROWS, RecordStager, staging_config, staging_log  # noqa: E402
 from storage.topic_partition import TopicPartition  # noqa: E402
 
 SPARK_BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch
@@ -130,20 +129,7 @@ class Bench:
     def staging_log(self, lm: LogManager, config, p: int) -> Log:
         d = os.path.join(lm.root, ".staging", f"t-{p}")
         os.makedirs(d)
-        seg = LogSegment.create(lm.fs, d, 0, track_batches=True, bulk_writes=True, **segment_settings(config))
-        return Log(
-            lm.fs,
-            d,
-            TopicPartition("t", p),
-            config,
-            [seg],
-            log_start_offset=0,
-            recovery_point=0,
-            next_offset=0,
-            writable=True,
-            track_batches=True,
-            bulk_writes=True,
-        )
+        return staging_log(lm.fs, d, TopicPartition("t", p), config)
 
     def stages(self) -> None:
         """Every stage and floor over the whole input, chunk by chunk; each clock sums its stage's time."""

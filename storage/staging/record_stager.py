@@ -54,6 +54,25 @@ def staging_config(config: LogConfig) -> LogConfig:
     return LogConfig.from_dict(overrides)
 
 
+def staging_log(fs, dir: str, tp: TopicPartition, config: LogConfig) -> Log:
+    """An empty staging Log in `dir` (offsets from 0), in writer modes: batch positions kept for
+    adopt_segments, segments written past the OS cache."""
+    seg = LogSegment.create(fs, dir, 0, track_batches=True, bulk_writes=True, **segment_settings(config))
+    return Log(
+        fs,
+        dir,
+        tp,
+        config,
+        [seg],
+        log_start_offset=0,
+        recovery_point=0,
+        next_offset=0,
+        writable=True,
+        track_batches=True,
+        bulk_writes=True,
+    )
+
+
 class _ObjectStaging:
     """One partition's staging "log" where nothing can be appended: encoded batches wait in memory and
     are written as whole staging segment objects (offsets from 0), at STAGE_OBJECT_BYTES or finish()."""
@@ -251,21 +270,7 @@ class RecordStager:
             if self._immutable:
                 staging = _ObjectStaging(fs, d, tp, config.max_message_bytes)
             else:
-                # writer modes: batch positions kept for adopt_segments, segments written past the OS cache
-                seg = LogSegment.create(fs, d, 0, track_batches=True, bulk_writes=True, **segment_settings(config))
-                staging = Log(
-                    fs,
-                    d,
-                    tp,
-                    config,
-                    [seg],
-                    log_start_offset=0,
-                    recovery_point=0,
-                    next_offset=0,
-                    writable=True,
-                    track_batches=True,
-                    bulk_writes=True,
-                )
+                staging = staging_log(fs, d, tp, config)
             self._logs[tp] = (staging, 0)
         staging, rows = self._logs[tp]
         staging.append(data, built=scan)
