@@ -179,14 +179,15 @@ def _plain_marker_record(chunk: BatchChunk, i: int) -> tuple[bytes | None, bytes
 def read_end_marker(chunk: BatchChunk, i: int) -> tuple[EndTransactionMarker, int]:
     """The marker in control batch i of the chunk and its record's timestamp: the batch's first record's key,
     value and timestamp (Kafka reads the first record), checked as EndTransactionMarker.deserialize does. A
-    batch of the usual shape is read directly (_plain_marker_record), any other by the full decoder."""
-    from ..records.decoder import decode_batches
-
+    batch of the usual shape is read directly (_plain_marker_record), any other by the full decoder (imported
+    only then: it loads numba, which a commit process otherwise never needs)."""
     plain = _plain_marker_record(chunk, i)
     if plain is not None:
         position = chunk.base_position + int(chunk.scan.positions[i])
         marker = EndTransactionMarker.deserialize(plain[0], plain[1], source=chunk.source, position=position)
         return marker, plain[2]
+
+    from ..records.decoder import decode_batches
 
     start = int(chunk.scan.positions[i])
     end = start + int(chunk.scan.sizes[i])

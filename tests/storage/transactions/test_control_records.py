@@ -129,3 +129,51 @@ def test_marker_batch_header_and_decoder():
 def test_marker_batch_needs_a_producer():
     with pytest.raises(InvalidRecordError, match="producer id"):
         EndTransactionMarker(COMMIT, 0).to_batch(base_offset=0, timestamp=0, producer_id=-1, producer_epoch=0)
+
+
+@pytest.mark.parametrize(
+    "kind, epoch, base, ts, pid, pepoch, ple",
+    [
+        (COMMIT, 0, 0, 0, 0, 0, -1),
+        (ABORT, 2**31 - 1, 2**63 - 1, 2**63 - 1, 2**63 - 1, 32767, 2**31 - 1),
+        (COMMIT, 7, 123_456, 1_700_000_000_123, 42, 3, 5),
+    ],
+)
+def test_marker_batch_equals_the_general_encoders(kind, epoch, base, ts, pid, pepoch, ple):
+    """to_batch writes the marker's fixed layout by hand (no numba in a commit): the Arrow encoder, given the
+    same record, must build the same bytes."""
+    import pyarrow as pa
+
+    from storage.records.builder import build_batch
+    from storage.records.record_batch import CompressionType, TimestampType
+
+    marker = EndTransactionMarker(kind, epoch)
+    table = pa.table(
+        {
+            "key": pa.array([marker.key()], pa.binary()),
+            "value": pa.array([marker.value()], pa.binary()),
+            "timestamp": pa.array([ts], pa.int64()),
+        }
+    )
+    general = build_batch(
+        table,
+        compression=CompressionType.NONE,
+        base_offset=base,
+        timestamp_type=TimestampType.CREATE_TIME,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=-1,
+        partition_leader_epoch=ple,
+        is_transactional=True,
+        control=True,
+        now_ms=ts,
+    )
+    ours = marker.to_batch(
+        base_offset=base, timestamp=ts, producer_id=pid, producer_epoch=pepoch, partition_leader_epoch=ple
+    )
+    assert ours == general
+
+
+def test_marker_batch_refuses_out_of_range_fields():
+    with pytest.raises(InvalidRecordError, match="out of range"):
+        EndTransactionMarker(COMMIT, 0).to_batch(base_offset=2**63, timestamp=0, producer_id=1, producer_epoch=0)
