@@ -13,8 +13,6 @@ import os
 from .errors import InvalidConfigError
 from .fs.filesystem import LogFileSystem
 from .fs.local import LocalFileSystem
-from .fs.memory import MemoryFileSystem
-from .objects.object_store import open_object_store
 
 LOG_DIRS_PREFIX = "log.dirs="  # ROOT naming several log dirs: log.dirs=/disk1/logs,/disk2/logs
 
@@ -26,9 +24,14 @@ def open_filesystem(url: str, storage_options: dict | None = None) -> tuple[LogF
     protocol, rest = url.split("://", 1)
     if protocol == "file":
         return LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
+    # The others are imported here: they load fsspec (~0.1 s), which a log on local disk never needs.
     if protocol == "memory":  # stays a full filesystem (append, rename, locks) for fast tests
+        from .fs.memory import MemoryFileSystem
+
         return MemoryFileSystem(), "/" + rest.lstrip("/")
     # s3://, gs://, abfs://, ...: immutable objects
+    from .objects.object_store import open_object_store
+
     return open_object_store(url, storage_options)
 
 

@@ -12,11 +12,10 @@ import errno
 import fcntl
 import functools
 import os
+import shutil
 import threading
 import time
 import uuid
-
-import fsspec
 
 from ..errors import KafkaStorageError, LogLockedError
 from .filesystem import Appender, Capabilities, FileInfo, FileReader, FileVersion, LogFileSystem
@@ -191,9 +190,6 @@ class LocalFileSystem(LogFileSystem):
     capabilities = Capabilities(append=True, atomic_rename=True, exclusive_create=True, locks=True, fsync=True)
     protocol = "file"
 
-    def __init__(self):
-        self._fs = fsspec.filesystem("file")
-
     def exists(self, path):
         return os.path.exists(path)
 
@@ -340,7 +336,7 @@ class LocalFileSystem(LogFileSystem):
     @_os_errors
     def delete_dir(self, path):
         if os.path.isdir(path):
-            self._fs.rm(path, recursive=True)
+            shutil.rmtree(path)
 
     @_os_errors
     def mkdirs(self, path):
