@@ -213,7 +213,8 @@ class PartitionExport:
     skipped_segments: int = 0  # wholly below the log start offset
     recordless_segments: int = 0  # holding only batches compaction emptied
     batches: int = 0
-    records: int = 0
+    records: int = 0  # data records
+    markers: int = 0  # transaction markers (control records: one offset each, never handed to a consumer)
     bytes: int = 0
     epochs_reset: int = 0  # batches whose partitionLeaderEpoch was not 0 (set to 0)
     producers_cleared: int = 0  # batches whose producer fields Kafka would refuse (cleared)
@@ -248,10 +249,11 @@ class ExportResult:
 
 @dataclass
 class _Written:
-    """One segment as written: its batches, records, bytes and first batch's base offset."""
+    """One segment as written: its batches, data records, markers, bytes and first batch's base offset."""
 
     batches: int = 0
     records: int = 0
+    markers: int = 0
     bytes: int = 0
     epochs_reset: int = 0
     producers_cleared: int = 0
@@ -392,7 +394,9 @@ def _write_segment(log, seg, upper: int | None, end: int, out_dir: str, producer
             prev_last = int(scan.last_offsets[-1])
             w.bytes += scan.end
             w.batches += len(scan)
-            w.records += int(counts.sum())
+            control = (scan.headers["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) != 0
+            w.records += int(counts[~control].sum())
+            w.markers += int(counts[control].sum())
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -492,7 +496,7 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
         written: list[int] = []
         for seg, upper in kept:
             w = _write_segment(log, seg, upper, part.log_end, out_dir, producers)
-            if not w.records and upper is not None:
+            if not (w.records or w.markers) and upper is not None:
                 for sfx in (LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX):
                     os.unlink(os.path.join(out_dir, segment_file_name(seg.base_offset, sfx)))
                 part.recordless_segments += 1
@@ -504,6 +508,7 @@ def _build_partition(lm: LogManager, tp: TopicPartition, topic_id: str, out_dir:
             part.segments += 1
             part.batches += w.batches
             part.records += w.records
+            part.markers += w.markers
             part.bytes += w.bytes
             part.epochs_reset += w.epochs_reset
             part.producers_cleared += w.producers_cleared
@@ -837,18 +842,25 @@ def _partition_line(p: PartitionExport) -> str:
             f"transaction(s) in .txnindex, {p.producers} producer(s) in the snapshot at the log end"
         )
     return (
-        f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {p.records} records, {p.bytes} bytes, log start "
+        f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {_records(p.records, p.markers)}, {p.bytes} bytes, "
+        f"log start "
         f"offset {p.broker_log_start}, log end offset {p.log_end}" + "".join(f"; {e}" for e in extra) + "\n"
     )
+
+
+def _records(records: int, markers: int) -> str:
+    """Data records as a consumer counts them, and the offsets transaction markers take beside them."""
+    return f"{records} records" + (f" (and {markers} transaction markers, one offset each)" if markers else "")
 
 
 def summary_line(r: ExportResult) -> str:
     segs = sum(p.segments for p in r.partitions)
     records = sum(p.records for p in r.partitions)
+    markers = sum(p.markers for p in r.partitions)
     size = sum(p.bytes for p in r.partitions)
     head_ = (
         f"Exported {len(r.partitions)} partition(s) of topic {r.topic} (TopicId {r.topic_id}): {segs} segment(s), "
-        f"{records} records, {size} bytes in {r.seconds:.2f} s, "
+        f"{_records(records, markers)}, {size} bytes in {r.seconds:.2f} s, "
     )
     if r.broker_log_dir:
         text = head_ + f"into the broker's log dir {r.target}; start the broker"

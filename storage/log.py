@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
     from .transactions.producer_table import ProducerTable
 
 from .common.time import SYSTEM_TIME
-from .errors import CorruptIndexError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
+from .errors import CorruptIndexError, CorruptRecordError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
 from .fs.filesystem import LogFileSystem
 from .log_appender import InPlaceAppender, LogAppender, LogSegments
 from .log_config import LogConfig
@@ -70,6 +70,22 @@ class LogAppendInfo:
     num_records: int
     valid_bytes: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
+
+
+@dataclass(frozen=True)
+class RecordCounts:
+    """What offsets [start, end) of a partition hold: data records (what a consumer is handed), control records
+    (transaction markers, one offset each, never handed out) and offsets neither uses (compaction's gaps, aborted
+    data at read_committed, the part of a batch outside the range)."""
+
+    start: int
+    end: int
+    records: int
+    markers: int
+
+    @property
+    def offsets(self) -> int:
+        return self.end - self.start
 
 
 class Log:
@@ -546,6 +562,73 @@ class Log:
             served_below = int(last["base_offset"]) + int(last["last_offset_delta"]) + 1
             if max_offset is not None and served_below >= max_offset:
                 return
+
+    def count_records(
+        self,
+        start_offset: int | None = None,
+        max_offset: int | None = None,
+        *,
+        isolation_level: str = "read_uncommitted",
+    ) -> RecordCounts:
+        """Data records and transaction markers at offsets [start_offset (log start), max_offset (log end)), as a
+        consumer at `isolation_level` sees them (read_committed: up to the last stable offset, aborted data left
+        out). From batch headers, every batch's CRC checked; a data batch that straddles the range is decoded."""
+        from .file_records import crc_failures, select_batches
+        from .records.record_batch import CONTROL_FLAG_MASK
+
+        start = self.log_start_offset if start_offset is None else start_offset
+        end = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        fates = None
+        if parse_isolation_level(isolation_level, "isolation_level") == READ_COMMITTED:
+            end = min(end, self.last_stable_offset)
+            fates = self._transactions.fates(self._next_offset)
+        records = markers = served_below = 0
+        if start >= end:
+            return RecordCounts(start, max(start, end), 0, 0)
+        for chunk in self.read(start, end):
+            bad = crc_failures(chunk.buf, chunk.scan)
+            if bad.size:
+                i = int(bad[0])
+                raise CorruptRecordError(
+                    f"batch at offset {int(chunk.scan.headers['base_offset'][i])} fails its CRC",
+                    source=chunk.source,
+                    position=chunk.base_position + int(chunk.scan.positions[i]),
+                )
+            h = chunk.scan.headers
+            keep = np.ones(len(h), bool)
+            if fates is not None:  # as read_records decides what a read_committed consumer is handed
+                drop, open_at, _ = fates.feed(chunk)
+                if open_at is not None and open_at < end:  # the state missed an open transaction
+                    end = min(end, self._transactions.open_transaction_found(open_at, served_below, self._next_offset))
+                keep = ~drop
+            base = h["base_offset"].astype(np.int64)
+            last = base + h["last_offset_delta"].astype(np.int64)
+            counts = h["record_count"].astype(np.int64)
+            control = (h["attributes"].astype(np.int64) & CONTROL_FLAG_MASK) != 0
+            inside = (base >= start) & (last < end)
+            markers += int(counts[control & inside].sum())
+            records += int(counts[~control & inside & keep].sum())
+            for i in np.flatnonzero(~control & ~inside & keep & (last >= start) & (base < end)).tolist():
+                records += self._records_in(select_batches(chunk, i, i + 1), start, end)
+            served_below = int(last[-1]) + 1
+            if served_below >= end:
+                break
+        return RecordCounts(start, end, records, markers)
+
+    def _records_in(self, one: BatchChunk, start: int, end: int) -> int:
+        """Records of a one-batch chunk with offsets in [start, end)."""
+        from .records.decoder import iter_decoded
+
+        decoded = iter_decoded(
+            one.buf,
+            scan=one.scan,
+            source=one.source,
+            base_position=one.base_position,
+            max_message_bytes=self.max_batch_size,
+            min_offset=start,
+            max_offset=end,
+        )
+        return sum(b.num_rows for b in decoded)
 
     # ------------------------------------------------------------------ transactions (read side)
     @property

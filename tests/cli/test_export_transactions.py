@@ -173,6 +173,16 @@ def test_the_exported_files_are_the_engines(source, tmp_path):
     rc, out, err = _run_cli("export-to-broker", source, "--topic", TOPIC, "--topic-id", TOPIC_ID, "--to", str(staging))
     assert rc == 0, err
     assert "transactional batch(es) and marker(s) carried, 3 aborted transaction(s) in .txnindex" in out
+    # the summary counts data records as a consumer does, and the markers apart (kafka-python's count)
+    parsed = [
+        b
+        for p in range(PARTITIONS)
+        for n in _segment_files(staging / f"{TOPIC}-{p}", ".log")
+        for b in kp_parse((staging / f"{TOPIC}-{p}" / n).read_bytes())
+    ]
+    data = sum(len(b["records"]) for b in parsed if not b["is_control"])
+    markers = sum(len(b["records"]) for b in parsed if b["is_control"])
+    assert markers and f"segment(s), {data} records (and {markers} transaction markers, one offset each)" in out.splitlines()[-1]
     lm = LogManager(source)
     for p in range(PARTITIONS):
         d = staging / f"{TOPIC}-{p}"
