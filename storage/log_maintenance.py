@@ -3,8 +3,9 @@
 Per partition: retention (log start offset, retention.bytes, retention.ms), compaction when
 cleanup.policy has `compact`, removal of `.deleted` files past file.delete.delay.ms, and the abort of sink
 transactions left open past their timeout. Per root: removal of deleted topics' `-delete` directories, of
-the sink's transaction decisions no partition needs any more, and the recovery-point and log-start-offset
-checkpoints (the cleaner keeps cleaner-offset-checkpoint as it goes). Locks are taken only around
+the sink's transaction decisions no partition needs any more, of the staging directories of writers gone for
+longer than transactional.id.expiration.ms (storage/staging/staging_expiry.py), and the recovery-point and
+log-start-offset checkpoints (the cleaner keeps cleaner-offset-checkpoint as it goes). Locks are taken only around
 a delete or a swap, so the job runs beside live writers and readers.
 
 On object stores (no locks) the job also merges small segments (storage/cleaner/segment_merger.py), every
@@ -32,13 +33,19 @@ from .cleaner.cleaner_config import CleanerConfig
 from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments
 from .common.time import SYSTEM_TIME
-from .errors import KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
-from .log_config import DEFAULT_CHECK_INTERVAL_MS
+from .errors import InvalidConfigError, KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
+from .log_config import DEFAULT_CHECK_INTERVAL_MS, parse_option
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
 from .objects.object_snapshots import delete_snapshots_below_start, snapshot_merged_segments
 from .segment_swap import complete_pending_swaps
+from .staging.staging_expiry import (
+    DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS,
+    TRANSACTIONAL_ID_EXPIRATION_MS_CONFIG,
+    StagingExpiry,
+    expire_staging,
+)
 from .tables.table_config import TableConfig, require_pyiceberg
 from .tables.table_report import TableReport
 from .topic_partition import TopicPartition
@@ -65,7 +72,8 @@ class PartitionReport:
     recovery_point: int = 0
     cleaned: bool = False
     keys_kept: int = 0
-    records_dropped: int = 0
+    records_dropped: int = 0  # data records (aborted ones included)
+    markers_dropped: int = 0  # transaction markers past their delete horizon
     tombstones_dropped: int = 0
     segments_merged: int = 0  # segments the cleaner replaced, less the ones it wrote
     merged_groups: int = 0  # object stores: small segments merged, groups written
@@ -88,7 +96,9 @@ class PartitionReport:
         if self.cleaned:
             what.append(
                 f"compacted: {self.keys_kept} keys kept, {self.records_dropped} records dropped "
-                f"({self.tombstones_dropped} tombstones), {self.segments_merged} fewer segments"
+                f"({self.tombstones_dropped} tombstones)"
+                + (f", {self.markers_dropped} transaction markers dropped" if self.markers_dropped else "")
+                + f", {self.segments_merged} fewer segments"
             )
         if self.merged_groups:
             what.append(f"merged {self.merged_segments} small segments into {self.merged_groups}")
@@ -106,11 +116,13 @@ class PartitionReport:
 
 
 class PassReports(list):
-    """A pass's PartitionReports (a list, as before tables), with `tables`: its TableReports."""
+    """A pass's PartitionReports (a list, as before tables), with `tables`: its TableReports, and `staging`:
+    the abandoned staging directories it removed (StagingExpiry; None when that step failed)."""
 
-    def __init__(self, reports=(), tables=()):
+    def __init__(self, reports=(), tables=(), staging: StagingExpiry | None = None):
         super().__init__(reports)
         self.tables: list[TableReport] = list(tables)
+        self.staging = staging
 
     @property
     def failed(self) -> bool:
@@ -130,6 +142,7 @@ def _record_cleaning(c, rep) -> None:
     elif c.groups:
         rep.cleaned = True
         rep.keys_kept, rep.records_dropped, rep.tombstones_dropped = c.keys, c.records_dropped, c.tombstones_dropped
+        rep.markers_dropped = c.markers_dropped
         rep.segments_merged = c.segments_before - c.segments_after
 
 
@@ -321,9 +334,11 @@ def run_once(
     `distribute`, the partitions are maintained by it (see Distribute) instead of here, one after another,
     and with `distribute_writes` the tables' data files are written by it (materializer.DistributeWrites).
     `clock` (ms) is what the object-store lease runs on: by default now_ms plus the time the pass has taken
-    (tests give a clock of their own)."""
+    (tests give a clock of their own). cleaner_settings also takes transactional.id.expiration.ms, the pass's
+    own: how long a writer may show no sign of life before its staging directories are removed."""
     now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
-    cc = CleanerConfig.from_dict(cleaner_settings or {})  # bad settings fail before any work
+    cleaner_settings, expiration_ms = _split_settings(cleaner_settings)
+    cc = CleanerConfig.from_dict(cleaner_settings)  # bad settings fail before any work
     lm = LogManager(root, storage_options, fs=fs)
     lease = None
     if not lm.fs.capabilities.locks:  # object store: one job per log dir, by a create-only lease
@@ -333,6 +348,7 @@ def run_once(
         with lease.keep_alive() if lease is not None else contextlib.nullcontext():
             tables = table_passes(lm, topics, now, storage_options, out, distribute_writes)
             reports = _pass(lm, root, topics, now, storage_options, cleaner_settings, out, distribute, lease, fs)
+        staging = _expire_staging(lm, now, expiration_ms, out)
     finally:
         if lease is not None:
             lease.release()
@@ -345,7 +361,34 @@ def run_once(
             f"maintenance pass: {len(reports)} partition(s), {failed} failed, "
             f"{sum(r.bytes_before - r.bytes_after for r in reports)} bytes freed{tables_line}\n"
         )
-    return PassReports(reports, tables)
+    return PassReports(reports, tables, staging)
+
+
+def _split_settings(settings: dict | None) -> tuple[dict, int]:
+    """The cleaner's settings, and transactional.id.expiration.ms (an int, at least 1, as Kafka's) taken out
+    of them; an unknown key is an error naming every key the pass takes."""
+    rest = dict(settings or {})
+    raw = rest.pop(TRANSACTIONAL_ID_EXPIRATION_MS_CONFIG, DEFAULT_TRANSACTIONAL_ID_EXPIRATION_MS)
+    unknown = [k for k in rest if k not in CleanerConfig.SETTINGS]
+    if unknown:
+        known = ", ".join([*CleanerConfig.SETTINGS, TRANSACTIONAL_ID_EXPIRATION_MS_CONFIG])
+        raise InvalidConfigError(f"unknown cleaner setting {unknown[0]!r}; known: {known}")
+    return rest, parse_option(TRANSACTIONAL_ID_EXPIRATION_MS_CONFIG, raw, "int", at_least=1)
+
+
+def _expire_staging(lm: LogManager, now: int, expiration_ms: int, out: TextIO | None) -> StagingExpiry | None:
+    """The root duty that removes abandoned staging directories (staging_expiry.expire_staging), reported in
+    lines of its own; a failure is reported, never raised (the next pass retries)."""
+    try:
+        staging = expire_staging(lm, now_ms=now, expiration_ms=expiration_ms)
+    except Exception as e:  # noqa: BLE001 - a root duty: reported, retried by the next pass
+        if out is not None:
+            out.write(f"staging: {type(e).__name__}: {e}\n")
+        return None
+    if out is not None:
+        for line in staging.lines():
+            out.write(line + "\n")
+    return staging
 
 
 def table_passes(lm, topics, now, storage_options, out, distribute_writes=None) -> list[TableReport]:

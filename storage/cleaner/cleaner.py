@@ -80,7 +80,7 @@ class CleanResult:
     bytes_after: int = 0
     keys: int = 0  # distinct keys in the offset map
     records_read: int = 0  # by pass 2
-    records_dropped: int = 0
+    records_dropped: int = 0  # data records; markers are markers_dropped
     tombstones_dropped: int = 0
     aborted_dropped: int = 0  # records of aborted transactions removed (counted in records_dropped too)
     markers_dropped: int = 0  # transaction markers removed past their delete horizon
@@ -438,7 +438,7 @@ class Cleaner:
         status[aborted | expired] = K.DROP
         st.aborted_dropped += int(counts[aborted].sum())
         st.markers_dropped += int(counts[expired].sum())
-        st.records_dropped += int(counts[aborted].sum() + counts[expired].sum())
+        st.records_dropped += int(counts[aborted].sum())  # data records: markers are counted apart
         work = np.flatnonzero(~aborted & ~expired)
         heads, areas = {}, {}
         if work.size:
