@@ -1,14 +1,7 @@
 """The `kafkalog` command: Kafka's command-line tools for a log dir with no broker.
 
-    kafkalog topics ROOT ...     kafka-topics.sh (and kafka-configs.sh --alter for topic configs)
-    kafkalog produce ROOT ...    kafka-console-producer.sh, JSON lines on stdin
-    kafkalog consume ROOT ...    kafka-console-consumer.sh, JSON lines on stdout
-    kafkalog dump-log FILE...    kafka-dump-log.sh (DumpLogSegments)
-    kafkalog describe ROOT       topics, partitions, offsets and segments of a log dir
-    kafkalog delete-records ...  kafka-delete-records.sh: move a partition's log start offset up
-    kafkalog maintain ROOT       the LogManager's background work: retention, compaction, checkpoints, tables
-    kafkalog table ROOT ...      one pass of a topic's Iceberg table (table.mode)
-    kafkalog export-to-broker .. hand a topic to a Kafka broker: partition dirs for its log.dir
+Its commands are build_parser's subparsers. Their help strings are the one list of what each does, which
+`kafkalog` alone (on stderr, exit 2) and `kafkalog --help` print, one command a line.
 
 Engine errors print as one line `kafkalog: error: <message>` and exit 1; usage errors exit 2; Ctrl-C
 prints `kafkalog: interrupted` and exits 130.
@@ -18,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import difflib
 import importlib.metadata
 import json
@@ -30,6 +24,7 @@ from typing import BinaryIO, TextIO
 
 import fsspec.config
 
+from storage.common.time import SYSTEM_TIME, Time
 from storage.errors import InvalidConfigError, KafkaLogError, KafkaStorageError, TableError
 from storage.fs.storage_options import storage_options_from_cli
 from storage.log_config import (
@@ -99,10 +94,15 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kafkalog", description="Kafka's tools for a Kafka-format log dir, no broker."
+        prog="kafkalog",
+        usage="%(prog)s [-h] [--version] COMMAND ...",
+        description="Kafka's tools for a Kafka-format log dir, no broker.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's list: one command a line
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required: main() answers a missing COMMAND with the help's list of commands. Their help strings are
+    # listed in the epilog (below) instead of argparse's section, which wraps them at the terminal's width.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="kafkalog")
 
     t = sub.add_parser(
         "topics",
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser(
         "maintain",
-        help="retention, compaction, delayed deletes and checkpoints (Kafka's LogManager)",
+        help="retention, compaction, delayed deletes, checkpoints and tables (Kafka's LogManager)",
         description="Run the maintenance job: per partition retention, compaction (cleanup.policy "
         "compact) and removal of .deleted files past file.delete.delay.ms; per log dir "
         "removal of deleted topics and the checkpoints. Prints one line per partition.",
@@ -294,8 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_key_value,
         metavar="KEY=VALUE",
         help="log.cleaner.dedupe.buffer.size, log.cleaner.io.max.bytes.per.second, "
-        "log.cleaner.io.buffer.load.factor, kafkalog.segment.merge.min.age.ms or "
-        "kafkalog.maintenance.lease.ttl.ms (repeatable)",
+        "log.cleaner.io.buffer.load.factor, kafkalog.segment.merge.min.age.ms, "
+        "kafkalog.maintenance.lease.ttl.ms or transactional.id.expiration.ms (repeatable)",
     )
     m.add_argument(
         "--spark",
@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tb = sub.add_parser(
         "table",
-        help="one pass of a topic's Iceberg table (table.mode): its committed records since the last one",
+        help="one pass of a topic's Iceberg table (table.mode)",
         description="Keep a topic's Iceberg table up to date now: one materialization pass, as `maintain` runs "
         "for every table (docs/tables.md). The last line names the table and its current metadata file, "
         "which any Iceberg reader opens without the catalog.",
@@ -358,7 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
         "segment of the log dir at its next start)",
     )
     x.set_defaults(func=cmd_export_to_broker, parser=x)
+    parser.epilog = _command_list(sub) + "\n\n`kafkalog COMMAND --help` shows a command's options."
     return parser
+
+
+def _command_list(sub: argparse._SubParsersAction) -> str:
+    """The commands, one a line with its help string, as git and Kafka's tools list theirs."""
+    commands = [(a.dest, a.help) for a in sub._choices_actions]
+    width = max(len(name) for name, _ in commands)
+    return "commands:\n" + "\n".join(f"  {name:<{width}}  {text}" for name, text in commands)
 
 
 def _root_arguments(parser) -> None:
@@ -701,7 +709,7 @@ def cmd_maintain(args, stdin, out, err) -> int:
         out=out,
         storage_options=storage_options_from_cli(args.fs),
     )
-    from storage.log_maintenance import run_forever, run_once  # the cleaner and its numba kernels: maintain only
+    from storage.log_maintenance import run_once  # the cleaner and its numba kernels: maintain only
 
     if args.spark:
         from .maintenance import run_on_spark
@@ -710,9 +718,42 @@ def cmd_maintain(args, stdin, out, err) -> int:
     elif args.once:
         reports = run_once(args.root, **kwargs)
     else:
-        run_forever(args.root, interval_ms=args.interval_ms, **kwargs)
+        _maintain_loop(run_once, args.root, args.interval_ms, kwargs, out, err)
         return 0
     return 1 if any(r.errors for r in reports) or any(t.error for t in getattr(reports, "tables", ())) else 0
+
+
+CLOCK: Time = SYSTEM_TIME  # maintain's loop: the wait between passes and the time of day it names (tests: a MockTime)
+
+
+def _maintain_loop(run_once, root: str, interval_ms: int, kwargs: dict, out, err) -> None:
+    """A pass every interval_ms (Kafka's log.retention.check.interval.ms, from one pass's start to the next's)
+    until Ctrl-C, each followed by one line on stderr saying when the next runs. Ctrl-C ends the wait at once,
+    or the pass in progress: every step of a pass is crash-safe (a compaction swap is finished or discarded
+    when the partition is next opened), so stopping one mid-way is no worse than a crash."""
+    try:
+        while True:
+            started = CLOCK.hi_res_clock_ms()
+            run_once(root, **kwargs)
+            wait_ms = max(0, interval_ms - (CLOCK.hi_res_clock_ms() - started))
+            out.flush()  # the pass's lines now, not when a file's or pipe's buffer fills
+            err.write(_next_pass_line(CLOCK.milliseconds(), wait_ms))
+            err.flush()
+            CLOCK.sleep(wait_ms)
+    except KeyboardInterrupt:
+        if _isatty(out):  # a pass's progress bar cleared, so that `kafkalog: interrupted` stands alone
+            out.write("\r\033[K")
+            out.flush()
+        raise
+
+
+def _next_pass_line(now_ms: int, wait_ms: int) -> str:
+    """`next pass at 12:34:56 (in 60 s); Ctrl-C stops`: local time, with its date when that is not today."""
+    now = datetime.datetime.fromtimestamp(now_ms / 1000)
+    at = datetime.datetime.fromtimestamp((now_ms + wait_ms) / 1000)
+    when = at.strftime("%H:%M:%S" if at.date() == now.date() else "%Y-%m-%d %H:%M:%S")
+    seconds = f"{wait_ms / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"next pass at {when} (in {seconds} s); Ctrl-C stops\n"
 
 
 # ---------------------------------------------------------------- table
@@ -831,7 +872,11 @@ def main(argv: list[str] | None = None, *, stdin: BinaryIO | TextIO | None = Non
     if stdin is None:
         stdin = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else sys.stdin
     try:
-        args = parse_args(build_parser(), argv)
+        parser = build_parser()
+        args = parse_args(parser, argv)
+        if args.command is None:  # `kafkalog` alone: the usage error is the help, with its list of commands
+            parser.print_help(err)
+            return 2
         return args.func(args, stdin, out, err) or 0
     except SystemExit as e:  # argparse: --help (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)

@@ -236,3 +236,14 @@ def test_the_drivers_commit_process_loads_no_numba_and_no_encoder(tmp_path):
     out = subprocess.run([sys.executable, "-c", commit, root, msgs], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_install_shows_spark_the_data_source_module(tmp_path):
+    """Spark's data source lookup lists `pyspark_*` modules with pkgutil.iter_modules in a Python worker: the
+    installed package (editable ones included: pyproject's package-dir) must show it from any directory."""
+    import subprocess
+    import sys
+
+    code = "import pkgutil; print(sorted(m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert "pyspark_kafkalog" in out.stdout, out.stdout

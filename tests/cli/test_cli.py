@@ -6,6 +6,7 @@ parse of the bytes on disk, and brute-force models of what consume must print.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import json
@@ -718,3 +719,51 @@ def test_maintain_spark_passes_master_storage_and_cleaner_options_on(root, capsy
     assert code == 2 and "use it with --once" in err
     monkeypatch.undo()
     assert maintenance_main([root, "--once"]) == 0  # the module's entry takes --once too
+
+
+def _clock_time(ms: int, fmt: str = "%H:%M:%S") -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime(fmt)
+
+
+def test_maintain_in_a_loop_says_when_its_next_pass_runs(root, capsys, monkeypatch):
+    """Without --once, each pass is followed by one line on stderr: the next pass's time of day and the wait,
+    counted from the start of the pass just run. The loop waits on cli.CLOCK, a MockTime here: no sleep."""
+    import kafkalog_ds.cli as cli
+    import storage.log_maintenance as maintenance
+    from storage.common.time import MockTime
+
+    run(capsys, "topics", root, "--create", "--topic", "a")
+    start = 1_700_000_000_000
+    clock = MockTime(start)
+    real, starts = maintenance.run_once, []
+
+    def one_pass(*args, **kwargs):
+        starts.append(clock.milliseconds())
+        if len(starts) == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the third pass
+        reports = real(*args, **kwargs)
+        clock.sleep(1500 if len(starts) == 1 else 0)  # the first pass takes 1.5 s
+        return reports
+
+    monkeypatch.setattr(cli, "CLOCK", clock)
+    monkeypatch.setattr(maintenance, "run_once", one_pass)
+    rc, out, err = run(capsys, "maintain", root, "--interval-ms", "60000")
+    assert rc == 130
+    assert starts == [start, start + 60_000, start + 120_000]  # a pass every interval, from one start to the next
+    assert err == (
+        f"next pass at {_clock_time(start + 60_000)} (in 58.5 s); Ctrl-C stops\n"
+        f"next pass at {_clock_time(start + 120_000)} (in 60 s); Ctrl-C stops\n"
+        "kafkalog: interrupted\n"
+    )
+    assert out.count("maintenance pass: 1 partition(s), 0 failed") == 2
+
+
+def test_the_next_pass_line_names_the_date_when_it_is_not_today():
+    from kafkalog_ds.cli import _next_pass_line
+
+    now = 1_700_000_000_000
+    day = 86_400_000
+    assert _next_pass_line(now, day) == (
+        f"next pass at {_clock_time(now + day, '%Y-%m-%d %H:%M:%S')} (in 86400 s); Ctrl-C stops\n"
+    )
+    assert _next_pass_line(now, 1) == f"next pass at {_clock_time(now + 1)} (in 0.001 s); Ctrl-C stops\n"

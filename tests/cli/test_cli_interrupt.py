@@ -12,6 +12,8 @@ import functools
 import io
 import json
 import os
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -225,8 +227,19 @@ def test_maintain_loop_interrupted_between_passes(tmp_path):
         seen.append(proc.stdout.readline())
         return seen[-1].startswith(b"maintenance pass:") or not seen[-1]
 
-    wait_for(pass_done, "maintenance pass")
-    assert seen[-1].startswith(b"maintenance pass: 1 partition(s), 0 failed"), seen
+    try:
+        wait_for(pass_done, "maintenance pass")
+        assert seen[-1].startswith(b"maintenance pass: 1 partition(s), 0 failed"), seen
+        # the pass is over: the command says when the next runs, and waits
+        if not select.select([proc.stderr], [], [], WAIT_S)[0]:
+            pytest.fail(f"nothing on stderr {WAIT_S} s after the pass")
+        waiting = proc.stderr.readline()
+        when = rb"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"  # with its date past midnight
+        assert re.fullmatch(rb"next pass at " + when + rb" \(in 3\d{3}(\.\d+)? s\); Ctrl-C stops\n", waiting), waiting
+    except BaseException:
+        proc.kill()  # not left waiting an hour for its next pass
+        proc.wait()
+        raise
     proc.send_signal(signal.SIGINT)
     rest, err = proc.stdout.read(), proc.stderr.read()  # not communicate(): see the consume test
     proc.wait(timeout=WAIT_S)

@@ -1,14 +1,16 @@
-"""The `kafkalog` command's usage surface: --version, and unknown options reported by the subcommand
-they were given to, with its usage and a did-you-mean."""
+"""The `kafkalog` command's usage surface: --version, the list of commands (`kafkalog` alone, --help), and
+unknown options reported by the subcommand they were given to, with its usage and a did-you-mean."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import io
+import re
 
 import pytest
 
-from kafkalog_ds.cli import main
+from kafkalog_ds.cli import build_parser, main
 
 
 def run(capsys, *argv):
@@ -45,3 +47,25 @@ def test_unknown_option_with_nothing_close_names_it_without_a_guess(capsys):
     rc, _, err = run(capsys, "consume", "./logs", "--topic", "events", "--zzzzzz")
     assert rc == 2 and err.startswith("usage: kafkalog consume ")
     assert "unrecognized arguments: --zzzzzz" in err and "did you mean" not in err
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """The parser's subcommands and their help strings, as argparse holds them."""
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {a.dest: a.help for a in sub._choices_actions}
+
+
+def test_kafkalog_alone_lists_every_command_one_a_line_as_help_does(capsys):
+    commands = _commands(build_parser())
+    assert {"topics", "produce", "consume", "dump-log", "describe", "maintain", "export-to-broker"} <= set(commands)
+    assert all(commands.values()), commands  # every command says what it does
+    rc, out, err = run(capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith("usage: kafkalog [-h] [--version] COMMAND ...\n")
+    section = err.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    listed = [re.fullmatch(r"  (\S+) +(\S.*)", line) for line in section.splitlines()]
+    assert all(listed), section
+    assert [m.groups() for m in listed] == list(commands.items())  # one line each, in the parser's order
+    assert "`kafkalog COMMAND --help` shows a command's options." in err
+    rc, help_out, help_err = run(capsys, "--help")
+    assert (rc, help_err) == (0, "") and help_out == err  # --help prints the same, on stdout

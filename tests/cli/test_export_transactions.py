@@ -182,7 +182,10 @@ def test_the_exported_files_are_the_engines(source, tmp_path):
     ]
     data = sum(len(b["records"]) for b in parsed if not b["is_control"])
     markers = sum(len(b["records"]) for b in parsed if b["is_control"])
-    assert markers and f"segment(s), {data} records (and {markers} transaction markers, one offset each)" in out.splitlines()[-1]
+    assert (
+        markers
+        and f"segment(s), {data} records (and {markers} transaction markers, one offset each)" in out.splitlines()[-1]
+    )
     lm = LogManager(source)
     for p in range(PARTITIONS):
         d = staging / f"{TOPIC}-{p}"

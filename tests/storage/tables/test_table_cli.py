@@ -273,8 +273,10 @@ def test_maintain_in_a_loop_runs_a_pass_per_interval(root, monkeypatch):
 
     monkeypatch.setattr(maintenance, "run_once", one_pass)
     rc, out, err = _cli("maintain", root, "--interval-ms", "1")
-    assert (rc, err) == (INTERRUPTED, "kafkalog: interrupted\n")
+    assert rc == INTERRUPTED and err.endswith("kafkalog: interrupted\n"), err
     assert len(passes) == 2
+    waits = err.splitlines()[:-1]  # after each pass, the line saying when the next one runs
+    assert len(waits) == 2 and all(re.fullmatch(r"next pass at .+ \(in 0(\.001)? s\); Ctrl-C stops", w) for w in waits)
     reports = [REPORT.fullmatch(line) for line in out.splitlines() if line.startswith("table ")]
     assert [(r["state"], r["behind"]) for r in reports] == [("committed", "0"), ("committed", "0")]
     first, second = passes
