@@ -34,7 +34,7 @@ from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments
 from .common.time import SYSTEM_TIME
 from .errors import InvalidConfigError, KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
-from .log_config import DEFAULT_CHECK_INTERVAL_MS, parse_option
+from .log_config import parse_option
 from .log_manager import LogManager
 from .log_retention import delete_old_segment_objects
 from .objects.maintenance_lease import MaintenanceLease, attach_lease
@@ -517,24 +517,3 @@ def _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease,
                 fs=fs,
                 lm=lm,
             )
-
-
-def run_forever(
-    root: str, *, interval_ms: int = DEFAULT_CHECK_INTERVAL_MS, out: TextIO | None = None, **kwargs
-) -> None:
-    """A pass every interval_ms (Kafka's log.retention.check.interval.ms), until interrupted.
-
-    Ctrl-C (KeyboardInterrupt) ends the wait between passes at once, or the pass in progress: every
-    step of a pass is crash-safe (a compaction swap is finished or discarded when the partition is next
-    opened), so stopping one mid-way is no worse than a crash. The progress bar is cleared first, so
-    the caller's last line stands alone."""
-    try:
-        while True:
-            started = time.monotonic()
-            run_once(root, out=out, **kwargs)
-            time.sleep(max(0.0, interval_ms / 1000 - (time.monotonic() - started)))
-    except KeyboardInterrupt:
-        if out is not None and hasattr(out, "isatty") and out.isatty():
-            out.write("\r\033[K")
-            out.flush()
-        raise
