@@ -6,12 +6,14 @@ either runs here or is marked in its doc by an HTML comment on the line before i
 every other snippet inside one of the runs:
 
 - README.md, "The `kafkalog` command", docs/cli.md (the quick tour, then each subcommand's example) and
-  docs/maintenance.md's bash block: each ```bash block run whole by bash with `set -e -o pipefail`, cwd
+  docs/maintenance.md's bash blocks: each ```bash block run whole by bash with `set -e -o pipefail`, cwd
   a fresh temporary directory, `kafkalog` on PATH as this checkout's `python -m kafkalog_ds`, TMPDIR
   inside it. A line the docs mark as failing (`|| echo "exit code $?"`) must fail with exit code 1 (an
   error, as docs/cli.md's exit codes say); every other command must succeed (set -e).
-- docs/maintenance.md: that bash block (its `--spark` line starts a Spark of its own, about 27 s on a busy
-  2-core machine: marked `spark`), then its ```python block by python as a script, in the same directory;
+- docs/maintenance.md: its first bash block (its `--spark` line starts a Spark of its own, about 27 s on a
+  busy 2-core machine: marked `spark`), then its ```python block by python as a script, in the same
+  directory; its S3 block alone, as pasted but for the port: it starts moto's S3 server itself (on a free
+  port instead of 9000), creates its bucket with curl and stops the server;
 - README.md, "From Python": its ```python block as a fresh script, then a maintenance pass that must keep
   its records;
 - README.md, "Spark", and docs/spark.md: each doc's ```python blocks run in order in one namespace, as a
@@ -26,6 +28,7 @@ every other snippet inside one of the runs:
 
 The reader's own paths are replaced in one place, `substitute`: `/data/` by a temporary directory, and
 `s3://bucket/` with its endpoint `http://127.0.0.1:9000` by a fresh prefix of the tests' S3 server (moto);
+docs/maintenance.md's S3 block, which starts a server of its own, only gets a free port (`maintenance_s3_block`);
 docs/kafka-broker.md's broker places (its log dir, `localhost:9092`, the staging directory) in
 `substitute_broker`.
 """
@@ -36,6 +39,8 @@ import glob
 import json
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -68,6 +73,12 @@ NOT_RUN = [
         "README.md",
         "python -m pytest tests/storage/test_fuzz.py --fuzz-long",
         "the test suite's own long runs (minutes to hours each)",
+    ),
+    (
+        "docs/kafka-broker.md",
+        "curl -O https://archive.apache.org/dist/kafka/",
+        "downloads and starts a Kafka broker; the test runs the Procedure against one laid out from Kafka's Maven "
+        "jars (tools/realkafka/kafka_home.py), formatted and started as these lines do",
     ),
     (
         "docs/tables.md",
@@ -149,7 +160,7 @@ def run_by_tests() -> dict[str, list[str]]:
         "docs/cli.md": list(cli_doc_blocks().values()),
         "docs/maintenance.md": [body for _, body, _ in snippets(read_doc("docs/maintenance.md"))],
         "docs/spark.md": python_blocks(read_doc("docs/spark.md")),
-        "docs/kafka-broker.md": bash_blocks(read_doc("docs/kafka-broker.md")),
+        "docs/kafka-broker.md": broker_doc_blocks(),
         "docs/tables.md": [body for _, body, reason in snippets(read_doc("docs/tables.md")) if reason is None],
     }
 
@@ -236,16 +247,37 @@ def test_cli_doc_commands_work_pasted_in_order(shell, name):
     check(block, run_block(block, work, bin_dir), f"docs/cli.md {name}")
 
 
-@pytest.mark.spark  # its bash block runs `python -m kafkalog_ds.maintenance ./logs --spark`
-def test_maintenance_doc_snippets_run_as_pasted_in_order(shell, s3_server):
-    """The bash block (local, S3, and as a Spark job), then the python block as a script, in one directory."""
-    work, bin_dir = shell
+def maintenance_doc_blocks() -> tuple[str, str, str]:
+    """docs/maintenance.md's blocks: the local bash block, the python block, the S3 bash block."""
     blocks = snippets(read_doc("docs/maintenance.md"))
-    assert [lang for lang, _, _ in blocks] == ["bash", "python"]
-    (_, bash, _), (_, python, _) = blocks
-    p = run_block(substitute(bash, work, s3_server), work, bin_dir)
+    assert [lang for lang, _, _ in blocks] == ["bash", "python", "bash"]
+    (_, bash, _), (_, python, _), (_, s3, _) = blocks
+    return bash, python, s3
+
+
+def maintenance_s3_block(port: int) -> str:
+    """The S3 block with its server on `port` instead of 9000 (another may hold 9000), and every job it
+    started (the server) stopped when the block fails before its last line, `kill %1`."""
+    block = maintenance_doc_blocks()[2]
+    out = block.replace("-p 9000 ", f"-p {port} ").replace("127.0.0.1:9000", f"127.0.0.1:{port}")
+    assert "9000" not in out, out
+    return "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + out
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.spark  # its bash block runs `python -m kafkalog_ds.maintenance ./logs --spark`
+def test_maintenance_doc_snippets_run_as_pasted_in_order(shell):
+    """The local bash block (and as a Spark job), then the python block as a script, in one directory."""
+    work, bin_dir = shell
+    bash, python, _ = maintenance_doc_blocks()
+    p = run_block(substitute(bash, work), work, bin_dir)
     check(bash, p, "docs/maintenance.md bash block")
-    assert p.stdout.count("maintenance pass: 1 partition(s), 0 failed") == 4, p.stdout
+    assert p.stdout.count("maintenance pass: 1 partition(s), 0 failed") == 2, p.stdout
     env = {**os.environ, "PYTHONPATH": REPO, "TMPDIR": str(work)}
     env.pop("PYTHONSTARTUP", None)
     p = subprocess.run([sys.executable, "-c", python], cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -253,6 +285,21 @@ def test_maintenance_doc_snippets_run_as_pasted_in_order(shell, s3_server):
         f"docs/maintenance.md python block: exit {p.returncode}\n{python}\nstderr:\n{p.stderr[-3000:]}"
     )
     assert p.stdout.startswith("changelog-0: ok;"), p.stdout  # the pass ran over the topic it names
+
+
+def test_maintenance_doc_s3_block_runs_as_pasted(shell):
+    """docs/maintenance.md's S3 block needs nothing the reader lacks: it starts moto's S3 server, creates the
+    bucket, runs the commands on it (a topic, two passes) and stops the server."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    if shutil.which("curl") is None:
+        pytest.skip("docs/maintenance.md's S3 block creates its bucket with curl, which is not on PATH")
+    work, bin_dir = shell
+    block = maintenance_s3_block(free_port())
+    p = run_block(block, work, bin_dir)
+    check(block, p, "docs/maintenance.md S3 block")
+    assert p.stdout.startswith("Created topic events.\n"), p.stdout
+    assert p.stdout.count("maintenance pass: 1 partition(s), 0 failed") == 2, p.stdout
 
 
 def test_tables_doc_snippets_run_as_pasted_in_order(shell):
@@ -337,6 +384,11 @@ BROKER_DOC = "docs/kafka-broker.md"
 BROKER_DOC_TOPIC = "events"
 BROKER_DOC_T0 = 1_699_999_850_000  # records 1 s apart from here: the doc's 1700000000000 falls inside
 BLOCK_MARK = "@@ kafka-broker.md block "
+
+
+def broker_doc_blocks() -> list[str]:
+    """docs/kafka-broker.md's bash blocks but its Prerequisites (marked not run: a Kafka download)."""
+    return [body for lang, body, reason in snippets(read_doc(BROKER_DOC)) if lang == "bash" and reason is None]
 
 
 def substitute_broker(text: str, tmp, home) -> str:
@@ -430,7 +482,7 @@ def test_kafka_broker_doc_hand_over_runs_as_pasted_in_order(shell, tmp_path):
         )
         assert home.pid() is not None, (home.home / "logs" / "kafkaServer.out").read_text()[-3000:]
 
-        blocks = bash_blocks(read_doc(BROKER_DOC))
+        blocks = broker_doc_blocks()
         assert len(blocks) == 9
         script = "".join(f'echo "{BLOCK_MARK}{i}"\n{block}' for i, block in enumerate(blocks))
         p = run_block(substitute_broker(script, tmp_path, home), home.home, bin_dir)

@@ -103,7 +103,9 @@ def pinned_get(fs: VersionedObjectStore, path: str, start: int, end: int, tag) -
         with fs.failures(f"read [{start}, {end})", path, keep=(_ObjectChanged,)):
             try:
                 return fsspec.asyn.sync(s3.loop, get)
-            except FileNotFoundError:
+            except FileNotFoundError as e:
+                if error_code(e) == "NoSuchBucket":  # not a replaced object: fs.failures names the bucket
+                    raise
                 raise _ObjectChanged(path) from None
             except Exception as e:
                 code = error_code(e)

@@ -149,8 +149,9 @@ class ObjectStoreFileSystem(VersionedObjectStore):
     @contextlib.contextmanager
     def failures(self, op: str, path: str, *, keep: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
         """Backend failures inside become errors naming the object, never a credential: FileNotFoundError
-        for a missing object, KafkaStorageError for anything else. KafkaStorageError (which already names
-        its object) and the types in `keep` pass unchanged."""
+        for a missing object, KafkaStorageError for anything else (a missing bucket too: s3fs raises the same
+        FileNotFoundError for it as for a missing key, and only the S3 error code behind it tells them apart).
+        KafkaStorageError (which already names its object) and the types in `keep` pass unchanged."""
         try:
             yield
         except KafkaStorageError:
@@ -167,7 +168,10 @@ class ObjectStoreFileSystem(VersionedObjectStore):
         raw = str(exc) or type(exc).__name__
         text = redact_text(raw, self._options)
         err: BaseException
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError) and error_code(exc) == "NoSuchBucket":
+            bucket = self.key(path).split("/", 1)[0]
+            err = KafkaStorageError(f"bucket {bucket!r} does not exist ({self.url(path)}): create it first")
+        elif isinstance(exc, FileNotFoundError):
             err = FileNotFoundError(errno.ENOENT, f"{op}: not found", self.url(path))
         else:
             err = KafkaStorageError(f"{self.url(path)}: {op} failed: {text}")
