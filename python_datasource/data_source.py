@@ -6,6 +6,8 @@ from pyspark.sql.datasource import DataSource
 
 from storage.errors import InvalidConfigError
 
+from .errors import short_traceback
+
 # Spark runs each method in its own short-lived or reused Python process (its lookup of data sources by
 # name, schema() and planning on the driver, the writer's commit on the driver, reads and writes on
 # executors): each imports only what it needs, inside the method, so the lookup imports nothing of ours but
@@ -31,6 +33,7 @@ class KafkaLogDataSource(DataSource):
     def name(cls) -> str:
         return "kafkalog"
 
+    @short_traceback
     def schema(self) -> str:
         """Spark's Kafka source schema, plus headers with includeHeaders=true. The options a batch and a
         stream read share are checked here, where Spark reports an error as it is."""
@@ -42,6 +45,7 @@ class KafkaLogDataSource(DataSource):
         include = str(self.options.get("includeHeaders", self.options.get("includeheaders", "false"))).lower()
         return source_schema(include == "true")
 
+    @short_traceback
     def reader(self, schema):
         from .reader import KafkaLogBatchReader, selected_columns
         from .source_options import SourceOptions
@@ -70,6 +74,10 @@ class KafkaLogDataSource(DataSource):
             return FailedStreamReader(e)
 
     def _sink_options(self, schema):
+        """Everything a write can be refused for without reading its rows, checked here on the driver before
+        any task runs: the options, the input columns and their types, the topic option's name and, for a
+        topic that exists, an explicit `partitions` against its partition count. What only the rows show (a
+        partition the topic lacks, a null topic) is found by the tasks (writer.py)."""
         from storage.log_manager import LogManager
 
         from .options import SinkOptions, check_schema
@@ -78,21 +86,29 @@ class KafkaLogDataSource(DataSource):
         check_schema(schema, opts)
         if opts.topic is not None:  # create it now, on the driver, so tasks agree on its partition count
             lm = LogManager(opts.path, opts.storage_options)
-            lm.get_or_create_topic(opts.topic, opts.partitions, opts.topic_config)
+            meta = lm.get_or_create_topic(opts.topic, opts.partitions, opts.topic_config)
+            if opts.partitions_given and meta.partitions != opts.partitions:
+                raise InvalidConfigError(
+                    f"option 'partitions' is {opts.partitions} but topic '{opts.topic}' exists with "
+                    f"{meta.partitions} partition(s): the option sets the partition count of a topic the sink "
+                    f"creates, and a topic's count does not change; set it to {meta.partitions} or leave it out"
+                )
         return opts
 
+    @short_traceback
     def writer(self, schema, overwrite: bool):
         if overwrite:
             raise InvalidConfigError(
-                "Save mode Overwrite not allowed for kafkalog: a log is only appended to, as Spark's Kafka sink "
-                "allows only Append (and ErrorIfExists, which Spark itself refuses for Python data sources): "
-                "use .mode('append')"
+                'Save mode Overwrite not allowed for kafkalog: use .mode("append"). A log is only appended to; '
+                "Spark's Kafka sink allows Append too (and ErrorIfExists, its default, which Spark refuses for "
+                "Python data sources)"
             )
         from .writer import KafkaLogBatchWriter
 
         opts = self._sink_options(schema)
         return KafkaLogBatchWriter(opts, opts.writer_id())
 
+    @short_traceback
     def streamWriter(self, schema, overwrite: bool):
         """outputMode('complete') arrives as overwrite=True: as Spark's Kafka sink does, every trigger
         appends the whole result table (nothing is truncated)."""

@@ -99,6 +99,7 @@ class SinkOptions:
     # per-partition commit, whose partial commits are cut off
     transactional: bool = True
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS  # Kafka producer's transaction.timeout.ms
+    partitions_given: bool = False  # `partitions` was set: a topic that exists must have that many
 
     @classmethod
     def parse(cls, options: dict) -> SinkOptions:
@@ -147,6 +148,7 @@ class SinkOptions:
             level,
             transactional,
             txn_timeout,
+            "partitions" in opts,
         )
 
     def writer_id(self) -> int:

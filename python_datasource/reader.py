@@ -18,6 +18,7 @@ from storage.topic_partition import TopicPartition
 from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 
 from . import planning
+from .errors import short_traceback
 from .source_options import KAFKA_COLUMNS, KAFKA_FIELDS, SourceOptions, source_schema
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python sources
@@ -177,6 +178,7 @@ class KafkaLogBatchReader(DataSourceReader):
         self.options = options
         self.columns = columns
 
+    @short_traceback
     def partitions(self):
         o = self.options
         with LogManager(o.path, o.storage_options).snapshot() as lm:  # topic and checkpoint files read once
@@ -261,6 +263,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 lm, tps, self.options.fail_on_data_loss, self._offsets, isolation_level=self.options.isolation_level
             )
 
+    @short_traceback
     def initialOffset(self) -> dict:
         o = self.options
         states = self._states()
@@ -277,6 +280,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             )
 
+    @short_traceback
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = {tp: st.log_end for tp, st in self._states().items()}
 
@@ -293,6 +297,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states = self._planned if self._planned is not None else self._states()
         return _to_json({tp: st.log_end for tp, st in states.items()})
 
+    @short_traceback
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         states = self._planned = self._states()
         latest = {tp: st.log_end for tp, st in states.items()}
@@ -316,6 +321,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = time.monotonic()
         return _to_json(latest)
 
+    @short_traceback
     def partitions(self, start: dict, end: dict):
         o = self.options
         # Spark plans a trigger's partitions right after its latestOffset: the offsets found there serve both
@@ -352,12 +358,15 @@ class FailedStreamReader(DataSourceStreamReader):
     def __init__(self, error: Exception):
         self.error = error
 
+    @short_traceback
     def initialOffset(self) -> dict:
         raise self.error
 
+    @short_traceback
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         raise self.error
 
+    @short_traceback
     def partitions(self, start: dict, end: dict):
         raise self.error
 

@@ -281,6 +281,32 @@ def test_bad_input_is_named_before_anything_is_written(spark_session, tmp_path, 
     assert not os.path.exists(root) or not [f for f in os.listdir(root) if not f.startswith(".")]
 
 
+def test_a_row_for_a_partition_the_topic_lacks_fails_the_write_once_and_no_task(spark_session, tmp_path):
+    """The error reaches the user once, from the driver's commit, naming the partition and the topic; no task
+    failed, so Spark logged no task error and retried nothing (docs/spark.md, "What Spark prints when a write
+    fails"), and nothing was written."""
+    root = str(tmp_path / "logs")
+    LogManager(root).create_topic("events", 1)
+    sc = spark_session.sparkContext
+    group = f"kafkalog-out-of-range-{os.getpid()}-{id(tmp_path)}"
+    sc.setJobGroup(group, "a row for a partition the topic lacks")
+    try:
+        frame = spark_session.createDataFrame([("a", 0), ("b", 7)], "value string, partition int").repartition(2)
+        with pytest.raises(Exception) as info:
+            frame.write.format("kafkalog").option("topic", "events").mode("append").save(root)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    text = str(info.value)
+    assert text.count("partition 7 does not exist: topic 'events' has 1 partition(s)") == 1, text
+    assert "nothing of this write was committed" in text, text
+    tracker = sc.statusTracker()
+    stages = [s for job in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(job).stageIds]
+    assert stages and [tracker.getStageInfo(s).numFailedTasks for s in stages] == [0] * len(stages)
+    assert log_records(root, "events") == {0: []}
+    assert not [f for f in os.listdir(root) if f.startswith(".kafkalog-staged-")]
+
+
 def test_register_makes_the_format_available_explicitly(spark_session, tmp_path):
     import kafkalog_ds
 
