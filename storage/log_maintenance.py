@@ -24,15 +24,17 @@ commit per table. It comes first so that retention, which waits for the table, c
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from .cleaner.cleaner import CleanProgress
 from .cleaner.cleaner_config import CleanerConfig
 from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments
-from .common.time import SYSTEM_TIME
+from .common.time import SYSTEM_TIME, Time
 from .errors import InvalidConfigError, KafkaLogError, MaintenanceLeaseError, UnknownTopicOrPartitionError
 from .log_config import parse_option
 from .log_manager import LogManager
@@ -166,18 +168,20 @@ def maintain_partition(
     lease: MaintenanceLease | None = None,
     fs=None,
     lm: LogManager | None = None,
+    progress: CleanProgress | None = None,
 ) -> PartitionReport:
     """Retention, compaction and delayed deletes for one partition (on object stores also the merge of
     small segments, under `lease`, the job's MaintenanceLease). Failures are reported, not raised, so one
     bad partition does not stop the others; the next pass retries it. A pass gives its LogManager (`lm`),
-    inside its snapshot(), so that topic and checkpoint files are read once per pass, not per partition."""
+    inside its snapshot(), so that topic and checkpoint files are read once per pass, not per partition.
+    `progress(bytes done, bytes total)` is told how far the compaction is as it reads (Cleaner.clean)."""
     t0 = time.monotonic()
     now = SYSTEM_TIME.milliseconds() if now_ms is None else int(now_ms)
     rep = PartitionReport(tp.topic, tp.partition)
     lm = lm if lm is not None else LogManager(root, storage_options, fs=fs)
     if not lm.fs.capabilities.locks:
         try:
-            _maintain_objects(lm, tp, rep, now, CleanerConfig.from_dict(cleaner_settings or {}), lease)
+            _maintain_objects(lm, tp, rep, now, CleanerConfig.from_dict(cleaner_settings or {}), lease, progress)
         except MaintenanceLeaseError as e:
             rep.errors.append(f"lease: {e}")
         rep.duration_s = time.monotonic() - t0
@@ -209,7 +213,8 @@ def maintain_partition(
     except Exception as e:  # noqa: BLE001
         rep.errors.append(f"retention: {type(e).__name__}: {e}")
     if compact:
-        c = LogCleanerManager(lm, CleanerConfig.from_dict(cleaner_settings or {})).clean_partition(tp, now)
+        cleaner = LogCleanerManager(lm, CleanerConfig.from_dict(cleaner_settings or {}))
+        c = cleaner.clean_partition(tp, now, progress=progress)
         _record_cleaning(c, rep)
     try:
         rep.files_removed = len(lm.remove_expired_deleted_files(tp, now_ms=now))
@@ -227,6 +232,7 @@ def _maintain_objects(
     now: int,
     cc: CleanerConfig,
     lease: MaintenanceLease | None,
+    progress: CleanProgress | None = None,
 ) -> None:
     """One partition on an object store (no locks): the steps of maintain_partition, each a create-only
     swap or an idempotent copy-and-delete, under the job's lease (checked before every commit point)."""
@@ -274,7 +280,8 @@ def _maintain_objects(
     finally:
         log.close()
     if meta.config.compact:
-        c = LogCleanerManager(lm, cc, merge_min_age_ms=cc.merge_min_age_ms, check=lease.check).clean_partition(tp, now)
+        cleaner = LogCleanerManager(lm, cc, merge_min_age_ms=cc.merge_min_age_ms, check=lease.check)
+        c = cleaner.clean_partition(tp, now, progress=progress)
         if isinstance(c.exception, MaintenanceLeaseError):
             raise c.exception
         _record_cleaning(c, rep)
@@ -298,23 +305,105 @@ def _maintain_objects(
     _record_after(lm, tp, rep)
 
 
-class _Progress:
-    """A progress bar on a terminal, plain lines otherwise; one line per partition either way."""
+PROGRESS_TIME: Time = SYSTEM_TIME  # the clock _Progress throttles on (tests: a MockTime)
 
-    def __init__(self, out: TextIO, total: int):
+
+class _Progress:
+    """A progress bar on a terminal, plain lines otherwise; one line per partition either way. Between them, the
+    partition under way and how far its compaction is (`changelog-0: compacting 42% (17/40 MB), 12s`): in the
+    bar, redrawn in place at most every REDRAW_S, or as a plain line at most every LINE_S (a pipe, a log file).
+    tick(), every TICK_S from a thread while the partitions run (ticking()), shows it again when the work itself
+    has said nothing for that long (a numba kernel compiling on its first call, a slow read): a long partition is
+    never silent for much more than LINE_S."""
+
+    REDRAW_S = 0.2
+    LINE_S = 5.0
+    TICK_S = 1.0
+    WIDTH = 30
+
+    def __init__(self, out: TextIO, total: int, time: Time | None = None):
         self.out, self.total, self.done = out, total, 0
         self.tty = hasattr(out, "isatty") and out.isatty()
+        self.time = PROGRESS_TIME if time is None else time
+        self.lock = threading.Lock()  # tick() runs in another thread
+        self.step: str | None = None  # what is under way, None between partitions
+        self.started = self.shown = self.time.nanoseconds()  # its start; the last line or redraw
+
+    def begin(self, step: str) -> None:
+        """Something under way: a partition (`changelog-0: under way`), or the ones a `distribute` runs."""
+        with self.lock:
+            self.step, self.started = step, self.time.nanoseconds()
+            if not self.tty:
+                self.shown = self.started  # a plain line only once it has been LINE_S under way
+            self._show()
+
+    def compaction(self, tp: TopicPartition) -> CleanProgress:
+        """The partition's compaction progress (Cleaner.clean's), shown as a fraction of the bytes to read."""
+
+        def report(done: int, total: int) -> None:
+            pct = 100 * done // total if total else 100
+            with self.lock:
+                self.step = f"{tp}: compacting {pct}% ({_amount(done, total)})"
+                self._show()
+
+        return report
+
+    def tick(self) -> None:
+        with self.lock:
+            if self.step is not None:
+                self._show()
+
+    def _show(self) -> None:
+        now = self.time.nanoseconds()
+        if self.step is None or now - self.shown < (self.REDRAW_S if self.tty else self.LINE_S) * 1e9:
+            return
+        self.shown = now
+        line = f"{self.step}, {(now - self.started) // 1_000_000_000}s"
+        self.out.write(f"\r\033[K{self._bar()}; {line}" if self.tty else line + "\n")
+        self.out.flush()
+
+    def _bar(self) -> str:
+        filled = self.WIDTH * self.done // max(1, self.total)
+        return f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.done}/{self.total} partitions"
 
     def report(self, rep: PartitionReport) -> None:
-        self.done += 1
-        if self.tty:
-            self.out.write("\r\033[K")
-        self.out.write(rep.line() + "\n")
-        if self.tty and self.done < self.total:
-            width = 30
-            filled = width * self.done // max(1, self.total)
-            self.out.write(f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} partitions")
-        self.out.flush()
+        with self.lock:
+            self.done += 1
+            self.step = None
+            if self.tty:
+                self.out.write("\r\033[K")
+            self.out.write(rep.line() + "\n")
+            if self.tty and self.done < self.total:
+                self.out.write(self._bar())
+            self.out.flush()
+            self.shown = self.time.nanoseconds()
+
+    @contextlib.contextmanager
+    def ticking(self) -> Iterator[None]:
+        """tick() every TICK_S from a daemon thread (it never keeps the process up) until the block ends."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(self.TICK_S):
+                self.tick()
+
+        thread = threading.Thread(target=run, name="kafkalog-maintenance-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
+def _amount(done: int, total: int) -> str:
+    """`17/40 MB`, `0.4/1.5 MB`: two byte counts in the larger's unit, with a decimal below 10 of it."""
+    for unit, name in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "kB")):
+        if total >= unit:
+            if total < 10 * unit:  # (rounded down, as the percentage is)
+                return f"{done * 10 // unit / 10}/{total * 10 // unit / 10} {name}"
+            return f"{done // unit}/{total // unit} {name}"
+    return f"{done}/{total} bytes"
 
 
 def run_once(
@@ -425,18 +514,21 @@ def _pass(
         names = topics if topics is not None else lm.topics()
         tps = [tp for t in names for tp in lm.partitions(t)]
     progress = _Progress(out, len(tps)) if out is not None else None
-    if distribute is not None and tps:
-        held = None if lease is None else (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
-        reports = distribute(tps, (root, now, storage_options, cleaner_settings, held, fs))
-        for rep in reports:
-            if progress:
-                progress.report(rep)
-    else:
-        reports = []
-        for rep in _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease, fs):
-            reports.append(rep)
-            if progress:
-                progress.report(rep)
+    with progress.ticking() if progress else contextlib.nullcontext():
+        if distribute is not None and tps:
+            held = None if lease is None else (lease.holder, lease.generation, lease.expires_ms, lease.ttl_ms, now)
+            if progress:  # (their tasks report nothing until they are done)
+                progress.begin(f"{len(tps)} partition(s) under way in distributed tasks")
+            reports = distribute(tps, (root, now, storage_options, cleaner_settings, held, fs))
+            for rep in reports:
+                if progress:
+                    progress.report(rep)
+        else:
+            reports = []
+            for rep in _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease, fs, progress):
+                reports.append(rep)
+                if progress:
+                    progress.report(rep)
     ok = [r for r in reports if not r.skipped and not any(e.startswith(("open", "reopen", "lease")) for e in r.errors)]
     recovery = {} if lease is not None else {(r.topic, r.partition): r.recovery_point for r in ok}
     lm.update_checkpoints(recovery, {(r.topic, r.partition): r.log_start_offset for r in ok})
@@ -503,10 +595,14 @@ def maintain_partitions(
     )
 
 
-def _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease, fs) -> Iterator[PartitionReport]:
+def _maintain_each(
+    lm, root, tps, now, storage_options, cleaner_settings, lease, fs, progress: _Progress | None = None
+) -> Iterator[PartitionReport]:
     """maintain_partition for each partition in turn, all under one snapshot of the manager's listings."""
     with lm.snapshot():
         for tp in tps:
+            if progress is not None:
+                progress.begin(f"{tp}: under way")
             yield maintain_partition(
                 root,
                 tp,
@@ -516,4 +612,5 @@ def _maintain_each(lm, root, tps, now, storage_options, cleaner_settings, lease,
                 lease=lease,
                 fs=fs,
                 lm=lm,
+                progress=progress.compaction(tp) if progress is not None else None,
             )

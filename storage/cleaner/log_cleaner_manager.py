@@ -24,7 +24,7 @@ from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpoi
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition
 from ..transactions.producer_state_manager import ProducerStateManager
-from .cleaner import Cleaner, CleanResult
+from .cleaner import Cleaner, CleanProgress, CleanResult
 from .cleaner_config import CleanerConfig
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
@@ -248,10 +248,15 @@ class LogCleanerManager:
         return chosen
 
     # ------------------------------------------------------------------ cleaning
-    def clean(self, ltc: LogToClean, now_ms: int | None = None) -> CleanResult:
-        """Clean one log and then move its checkpoint. Failures come back in the result, not raised."""
+    def clean(
+        self, ltc: LogToClean, now_ms: int | None = None, *, progress: CleanProgress | None = None
+    ) -> CleanResult:
+        """Clean one log and then move its checkpoint. Failures come back in the result, not raised.
+        `progress(done, total)`: see Cleaner.clean."""
         try:
-            res = self.cleaner.clean(ltc.log, ltc.first_dirty_offset, ltc.first_uncleanable_offset, now_ms=now_ms)
+            res = self.cleaner.clean(
+                ltc.log, ltc.first_dirty_offset, ltc.first_uncleanable_offset, now_ms=now_ms, progress=progress
+            )
             self.update_checkpoint(ltc.tp, res.end_offset)  # last: a crash before it only repeats work
         except Exception as e:  # noqa: BLE001 - one partition's failure must not stop the others
             logger.warning("cleaning %s failed: %s: %s", ltc.tp, type(e).__name__, e)
@@ -268,8 +273,16 @@ class LogCleanerManager:
                 ltc.log.close()
         return res
 
-    def clean_partition(self, tp: TopicPartition, now_ms: int | None = None, *, force: bool = False) -> CleanResult:
-        """Clean one partition now; with force even below the dirty ratio (e.g. to drop expired tombstones)."""
+    def clean_partition(
+        self,
+        tp: TopicPartition,
+        now_ms: int | None = None,
+        *,
+        force: bool = False,
+        progress: CleanProgress | None = None,
+    ) -> CleanResult:
+        """Clean one partition now; with force even below the dirty ratio (e.g. to drop expired tombstones).
+        `progress(done, total)` is called as it goes (Cleaner.clean); not at all when there is nothing to clean."""
         now = self.time.milliseconds() if now_ms is None else int(now_ms)
         try:
             lg = self.lm.open_log(tp)
@@ -293,7 +306,7 @@ class LogCleanerManager:
                 ltc.first_uncleanable_offset,
                 end_offset=ltc.first_dirty_offset,
             )
-        return self.clean(ltc, now)
+        return self.clean(ltc, now, progress=progress)
 
     def run_once(self, now_ms: int | None = None) -> list[CleanResult]:
         """Clean every cleanable compacted log once, dirtiest first; one result per partition tried."""
