@@ -24,7 +24,7 @@ import sys
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from kafkalog_ds.local_spark import exit_on_interrupt, session
+from kafkalog_ds.local_spark import committed_in, exit_on_interrupt, say, session, still
 from storage.log_maintenance import run_once  # (what `kafkalog maintain ROOT --once` runs)
 
 DEFAULT_ROOT = "changelog-logs"
@@ -34,8 +34,9 @@ if len(sys.argv) <= 1:
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"compacted_changelog: error: {root} is not empty; give a new directory")
 
-exit_on_interrupt(None, prog="compacted_changelog")  # Ctrl-C at any point: one line, exit 130
-spark = session("kafkalog-compacted-changelog", conf={"spark.sql.session.timeZone": "UTC"}, prog="compacted_changelog")
+PROG = "compacted_changelog"
+exit_on_interrupt(prog=PROG, summary=lambda: committed_in(root, "customers"))  # Ctrl-C: one line, exit 130
+spark = session("kafkalog-compacted-changelog", conf={"spark.sql.session.timeZone": "UTC"}, prog=PROG)
 
 topic_config = {  # applied when the sink creates the topic
     "cleanup.policy": "compact",
@@ -104,33 +105,41 @@ def check(ok, what):
         failures.append(what)
 
 
-for version in range(3):  # three upserts of every customer
-    upsert(range(1000), version)
-delete(range(0, 1000, 10))  # customers 0, 10, 20, ... leave: 100 tombstones
-upsert(range(1000, 2000), 0)  # new customers: the tombstones' segments roll
+say(f"{PROG}: writing 3 versions of 1000 customers, 100 deletes and 1000 new customers (6 Spark writes)")
+with still(f"{PROG}: still writing"):
+    for version in range(3):  # three upserts of every customer
+        upsert(range(1000), version)
+    delete(range(0, 1000, 10))  # customers 0, 10, 20, ... leave: 100 tombstones
+    upsert(range(1000, 2000), 0)  # new customers: the tombstones' segments roll
 
-before = read_all().count()
-check(before == written and tombstones() == 100, f"before compaction: {before} records, 100 tombstones")
-check(latest_per_key(read_all()) == model, f"latest per key = the model's {len(model)} live customers")
+say(f"{PROG}: reading the topic back (Spark)")
+with still(f"{PROG}: still reading"):
+    before = read_all().count()
+    check(before == written and tombstones() == 100, f"before compaction: {before} records, 100 tombstones")
+    check(latest_per_key(read_all()) == model, f"latest per key = the model's {len(model)} live customers")
 
 dropped_first = maintain("1")  # compacts; tombstones kept and marked with their horizon
-after_first = read_all().count()
-check(
-    dropped_first == 0 and tombstones() == 100,
-    f"after the first pass: {after_first} records, the 100 tombstones kept (marked)",
-)
-check(latest_per_key(read_all()) == model, "latest per key unchanged")
+with still(f"{PROG}: still reading"):
+    after_first = read_all().count()
+    check(
+        dropped_first == 0 and tombstones() == 100,
+        f"after the first pass: {after_first} records, the 100 tombstones kept (marked)",
+    )
+    check(latest_per_key(read_all()) == model, "latest per key unchanged")
 
-upsert(range(2000, 3000), 0)  # the changelog goes on: the log is dirty again
+say(f"{PROG}: writing 1000 more customers: the log is dirty again")
+with still(f"{PROG}: still writing"):
+    upsert(range(2000, 3000), 0)  # the changelog goes on: the log is dirty again
 dropped_second = maintain("2")  # past the horizon: the tombstones go
-after_second = read_all().count()
-check(
-    dropped_second == 100 and tombstones() == 0,
-    f"after the second pass: {after_second} records, {dropped_second} tombstones dropped, none left",
-)
-check(
-    latest_per_key(read_all()) == model and after_second < written,
-    f"latest per key unchanged: {len(model)} live customers from {after_second} of {written} records written",
-)
+with still(f"{PROG}: still reading"):
+    after_second = read_all().count()
+    check(
+        dropped_second == 100 and tombstones() == 0,
+        f"after the second pass: {after_second} records, {dropped_second} tombstones dropped, none left",
+    )
+    check(
+        latest_per_key(read_all()) == model and after_second < written,
+        f"latest per key unchanged: {len(model)} live customers from {after_second} of {written} records written",
+    )
 spark.stop()
 sys.exit(1 if failures else 0)

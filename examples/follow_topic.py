@@ -10,13 +10,22 @@ import os
 import sys
 import time
 
-from kafkalog_ds.local_spark import EXIT_INTERRUPTED, exit_on_interrupt, say, session, stop_between_batches
+from kafkalog_ds.local_spark import (
+    committed_in,
+    exit_interrupted,
+    exit_on_interrupt,
+    say,
+    session,
+    still,
+    stop_between_batches,
+    stop_now,
+)
 
 PROG = "follow_topic"
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "follow-logs")
 seconds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-stop = exit_on_interrupt(None, prog=PROG)  # Ctrl-C while starting: one line, exit 130
+stop = exit_on_interrupt(prog=PROG, summary=lambda: committed_in(root, "clicks"))  # Ctrl-C: at most two lines, 130
 spark = session("kafkalog-follow", conf={"spark.sql.shuffle.partitions": "2"}, prog=PROG)
 
 writer = (
@@ -31,22 +40,24 @@ writer = (
     .trigger(processingTime="1 second")
     .start(root)
 )
-stop.immediate = False  # from here Ctrl-C stops the queries between micro-batches
+stop.immediate = False  # from here the first Ctrl-C stops the queries, the second ends the process
+stop.message = (
+    "interrupted: stopping both queries now (a micro-batch cut short is not committed: the next run writes it)"
+)
 say(f"{PROG}: writer started; waiting for its first micro-batch")
 began = next_report = time.monotonic()
 while not any(p["numInputRows"] for p in writer.recentProgress) and not stop.requested:
     writer.awaitTermination(0.5)  # returns at once if the writer died
     if writer.exception() is not None:
         sys.exit(f"{PROG}: error: the writer failed: {' '.join(str(writer.exception()).split())[:300]}")
-    if time.monotonic() >= next_report + 5:
+    if time.monotonic() >= next_report + 5 and not stop.requested:
         next_report = time.monotonic()
         say(f"{PROG}: still waiting for the writer's first micro-batch ({next_report - began:.0f} s)")
 if stop.requested:
     stop.immediate = True
-    stop_between_batches(writer)
+    stop_now(writer)
     spark.stop()
-    print(f"{PROG}: interrupted before the first micro-batch; run again to resume", file=sys.stderr)
-    sys.exit(EXIT_INTERRUPTED)
+    exit_interrupted(PROG, "stopped before the writer's first micro-batch: nothing was committed")
 
 counts = (
     spark.readStream.format("kafkalog")
@@ -78,19 +89,24 @@ deadline = time.monotonic() + seconds  # how long the demo runs: a schedule, not
 next_report = time.monotonic() + 5
 while time.monotonic() < deadline and not stop.requested and writer.isActive and reader.isActive:
     reader.awaitTermination(0.5)
-    if time.monotonic() >= next_report:
+    if time.monotonic() >= next_report and not stop.requested:
         say(f"{PROG}: the writer has committed {rows(writer)} records, the reader has read {rows(reader)}")
         next_report = time.monotonic() + 5
-stop.immediate = True  # a second Ctrl-C cancels at once
-stop_between_batches(writer)
+stop.immediate = True  # a Ctrl-C now ends the process
 if stop.requested:
-    stop_between_batches(reader)
+    stop_now(writer, reader)
     spark.stop()
-    print(f"{PROG}: interrupted; both queries resume from their checkpoints when run again", file=sys.stderr)
-    sys.exit(EXIT_INTERRUPTED)
+    exit_interrupted(
+        PROG,
+        f"stopped: the writer committed {rows(writer)} records, the reader read {rows(reader)}; both resume from "
+        "their checkpoints when run again",
+    )
+with still(f"{PROG}: still waiting for the writer's micro-batch under way to end"):
+    stop_between_batches(writer)
 say(f"{PROG}: writer stopped; the reader catches up")
-reader.processAllAvailable()
-reader.stop()
+with still(f"{PROG}: the reader is still catching up"):
+    reader.processAllAvailable()
+    reader.stop()
 spark.sql("SELECT * FROM clicks_per_page ORDER BY page").show()
 total = spark.sql("SELECT SUM(count) AS n FROM clicks_per_page").first().n
 print(f"the reader counted {total} clicks")

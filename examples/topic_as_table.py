@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 
-from kafkalog_ds.local_spark import exit_on_interrupt, say, session, stop_between_batches
+from kafkalog_ds.local_spark import committed_in, exit_on_interrupt, say, session, stop_between_batches
 from storage.log_maintenance import run_once  # (what `kafkalog maintain ROOT --once` runs)
 from storage.tables.readers import duckdb_connection, static_table, topic_table
 
@@ -36,7 +36,7 @@ if len(sys.argv) <= 1:
 elif os.path.exists(root) and os.listdir(root):
     sys.exit(f"{PROG}: error: {root} is not empty; give a new directory")
 
-stop = exit_on_interrupt(None, prog=PROG)  # Ctrl-C at any point: one line, exit 130
+stop = exit_on_interrupt(prog=PROG, summary=lambda: committed_in(root, "views"))  # Ctrl-C: one line, exit 130
 jars = os.environ.get("KAFKALOG_ICEBERG_JARS", "")
 catalog_db = os.path.join(root, ".kafkalog-tables", "catalog.db")
 conf = {"spark.sql.session.timeZone": "UTC"}
