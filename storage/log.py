@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # Arrow is loaded by the reads that decode, not by a process 
     from .transactions.producer_table import ProducerTable
 
 from .common.time import SYSTEM_TIME
-from .errors import CorruptIndexError, CorruptRecordError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
+from .errors import CorruptIndexError, KafkaLogError, KafkaStorageError, OffsetOutOfRangeError
 from .fs.filesystem import LogFileSystem
 from .log_appender import InPlaceAppender, LogAppender, LogSegments
 from .log_config import LogConfig
@@ -573,8 +573,9 @@ class Log:
         """Data records and transaction markers at offsets [start_offset (log start), max_offset (log end)), as a
         consumer at `isolation_level` sees them (read_committed: up to the last stable offset, aborted data left
         out). From batch headers, every batch's CRC checked; a data batch that straddles the range is decoded."""
-        from .file_records import crc_failures, select_batches
+        from .file_records import select_batches
         from .records.record_batch import CONTROL_FLAG_MASK
+        from .transactions.transaction_fates import check_crcs
 
         start = self.log_start_offset if start_offset is None else start_offset
         end = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
@@ -586,14 +587,7 @@ class Log:
         if start >= end:
             return RecordCounts(start, max(start, end), 0, 0)
         for chunk in self.read(start, end):
-            bad = crc_failures(chunk.buf, chunk.scan)
-            if bad.size:
-                i = int(bad[0])
-                raise CorruptRecordError(
-                    f"batch at offset {int(chunk.scan.headers['base_offset'][i])} fails its CRC",
-                    source=chunk.source,
-                    position=chunk.base_position + int(chunk.scan.positions[i]),
-                )
+            check_crcs(chunk, len(chunk.scan))
             h = chunk.scan.headers
             keep = np.ones(len(h), bool)
             if fates is not None:  # as read_records decides what a read_committed consumer is handed

@@ -130,7 +130,7 @@ def test_complete_mode_appends_the_whole_result_each_trigger_and_stream_errors_a
         q.awaitTermination(120)
     assert "ending offset not valid in streaming queries" in str(err.value)
     assert "UnboundLocalError" not in str(err.value).split("ending offset not valid")[0]
-    with pytest.raises(Exception, match=r"Save mode Overwrite not allowed for kafkalog.*mode\('append'\)"):
+    with pytest.raises(Exception, match=r'Save mode Overwrite not allowed for kafkalog: use \.mode\("append"\)'):
         spark_session.range(1).selectExpr("'v' AS value").write.format("kafkalog").mode("overwrite").option(
             "topic", "t"
         ).save(root)
