@@ -23,7 +23,7 @@ import shutil
 import sys
 import time
 
-from kafkalog_ds.local_spark import committed_in, exit_on_interrupt, say, session, stop_between_batches
+from kafkalog_ds.local_spark import committed_in, exit_on_interrupt, say, session, still, stop_between_batches
 from storage.log_maintenance import run_once  # (what `kafkalog maintain ROOT --once` runs)
 from storage.tables.readers import duckdb_connection, static_table, topic_table
 
@@ -83,9 +83,10 @@ query = (
     .trigger(processingTime="1 second")  # a gap between micro-batches, where stop_between_batches stops it
     .start(root)
 )
-while query.isActive and sum(p["numInputRows"] for p in query.recentProgress) < ROWS:
-    query.awaitTermination(0.5)  # until every view is committed: the rate source goes on with none after them
-stop_between_batches(query)
+with still(f"{PROG}: still writing (two micro-batches of {ROWS // 2})"):
+    while query.isActive and sum(p["numInputRows"] for p in query.recentProgress) < ROWS:
+        query.awaitTermination(0.5)  # until every view is committed: the rate source goes on with none after them
+    stop_between_batches(query)
 if query.exception() is not None:
     sys.exit(f"{PROG}: error: the streaming query failed: {query.exception()}")
 shutil.rmtree(root + "-checkpoint", ignore_errors=True)

@@ -51,7 +51,8 @@ def still(what: str, every_s: float = 5.0) -> Iterator[None]:
 
     def beat() -> None:
         while not done.wait(every_s):
-            say(f"{what} ({time.monotonic() - began:.0f} s)")
+            if not _interrupted:  # after a Ctrl-C the process says only what it stops and what is committed
+                say(f"{what} ({time.monotonic() - began:.0f} s)")
 
     threading.Thread(target=beat, daemon=True).start()
     try:
