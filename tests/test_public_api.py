@@ -26,12 +26,11 @@ import kafkalog_ds
 from kafkalog_ds.consume import consume
 from storage.errors import InvalidConfigError, InvalidTopicError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.log_manager import LogManager
-from storage.records.builder import build_batch
-from storage.records.record_batch import CompressionType
 from storage.topic_partition import TopicPartition
 from storage.transactions.control_records import ControlRecordType, EndTransactionMarker
 from tests.helpers import REPO
 from tests.helpers.kafka_reference import kp_committed, kp_parse
+from tests.storage.transactions.test_transaction_state import data as txn_batch
 
 SCHEMA_NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
@@ -210,19 +209,6 @@ def test_read_from_a_timestamp_starts_at_kafkas_first_offset_at_or_after_it(tmp_
         assert [(p, o) for p, o, *_ in got] == want, t
 
 
-def _transactional(pid: int, values: list[bytes], ts: int) -> bytes:
-    t = pa.table({"value": pa.array(values, pa.binary()), "timestamp": pa.array([ts] * len(values), pa.int64())})
-    return build_batch(
-        t,
-        compression=CompressionType.NONE,
-        base_offset=0,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-
-
 def test_read_committed_hides_an_aborted_transaction_and_stops_at_an_open_one(tmp_path):
     """Committed rows of write(), then another producer's aborted transaction and one left open, then
     write() again: read_committed gives what Kafka's consumer does (kp_committed over kafka-python's parse),
@@ -232,13 +218,13 @@ def test_read_committed_hides_an_aborted_transaction_and_stops_at_an_open_one(tm
     kafkalog_ds.write(root, "tx", rows(5, ts0=now, headers=False))
     lm = LogManager(root)
     with lm.open_log(TopicPartition("tx", 0), writable=True) as log:
-        log.append(_transactional(900, [b"aborted-0", b"aborted-1"], now + 10))
+        log.append(txn_batch(900, [b"aborted-0", b"aborted-1"], ts0=now + 10))
         log.append(
             EndTransactionMarker(ControlRecordType.ABORT, 0).to_batch(
                 base_offset=0, timestamp=now + 11, producer_id=900, producer_epoch=0
             )
         )
-        log.append(_transactional(901, [b"open-0"], now + 12))
+        log.append(txn_batch(901, [b"open-0"], ts0=now + 12))
     later = now + 600_000  # past every marker's timestamp (markers carry the clock)
     kafkalog_ds.write(root, "tx", rows(3, start=5, ts0=later - 5, headers=False))
 
