@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from .cleaner.cleaner import CleanProgress
+from .cleaner.clean_progress import CleanProgress
 from .cleaner.cleaner_config import CleanerConfig
 from .cleaner.log_cleaner_manager import LogCleanerManager
 from .cleaner.segment_merger import merge_small_segments

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +45,7 @@ from ..segment_swap import cleaner_output_lock, publish_swap, replace_in_memory,
 from ..topic_partition import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX, parse_segment_file
 from ..transactions.transaction_index import ABORTED_TXN_DTYPE, ABORTED_TXN_VERSION, TransactionIndex
 from . import _cleaner_kernels as K
+from .clean_progress import NO_METER, CleanProgress, Meter
 from .cleaner_batches import (
     bounded_chunks,
     control_types,
@@ -158,59 +158,6 @@ def group_segments_by_size(
     return groups
 
 
-#: A cleaning's progress: called with (bytes done, bytes total) of its reads, see _Meter.
-CleanProgress = Callable[[int, int], None]
-
-
-class _Meter:
-    """How far one cleaning is, for a CleanProgress: its three reads, each weighted by the bytes planned for it
-    when the cleaning begins: the dirty range for the key count, again for the offset map, then the segments
-    rewritten. Moved per chunk read (never per record); a read that ends short of its plan (the count stops once
-    past the map's room, a full map leaves fewer segments to rewrite, a segment re-read into a new output)
-    jumps to its end or stalls, so `done` only grows, and the cleaning ends at (total, total)."""
-
-    KEYS, MAP, REWRITE = 0, 1, 2
-
-    def __init__(self, report: CleanProgress | None, dirty_bytes: int = 0, rewrite_bytes: int = 0):
-        self.report = report
-        self.plan = (dirty_bytes, dirty_bytes, rewrite_bytes)
-        self.total = sum(self.plan)
-        self.base = self.size = self.actual = self.read = 0  # the read under way: where it starts, plan, bytes
-        self.done = -1  # last reported
-
-    def begin(self, phase: int, actual: int | None = None) -> None:
-        """Start a read; `actual`: the bytes it will read, when fewer than planned (its share stays the plan's)."""
-        if self.report is None:
-            return
-        self.base, self.size = sum(self.plan[:phase]), self.plan[phase]
-        self.actual = self.size if actual is None else actual
-        self.read = 0
-        self._report(self.base)
-
-    def add(self, n: int) -> None:
-        """n more bytes read (a chunk)."""
-        if self.report is None:
-            return
-        self.read += n
-        self._report(self.base + self.size * min(self.read, self.actual) // max(1, self.actual))
-
-    def rewind(self, read: int) -> None:
-        """Back to `read` bytes of the read under way (a source read again): the fraction stalls, never drops."""
-        self.read = read
-
-    def end(self) -> None:
-        if self.report is not None:
-            self._report(self.total)
-
-    def _report(self, done: int) -> None:
-        if self.report is not None and done > self.done:
-            self.done = done
-            self.report(done, self.total)
-
-
-_NO_METER = _Meter(None)
-
-
 @dataclass
 class _Round:
     """One cleaning of one log: what both passes and the swaps share."""
@@ -236,7 +183,7 @@ class Cleaner:
         self.throttler = throttler or Throttler(self.config.io_max_bytes_per_second)
         self.check = None  # immutable segments: re-checks the maintenance lease before each swap's commit point
         self._scratch = None  # immutable segments: a local temp dir for the outputs being written
-        self._meter = _NO_METER  # the cleaning under way's progress
+        self._meter = NO_METER  # the cleaning under way's progress
 
     def clean(
         self,
@@ -250,11 +197,11 @@ class Cleaner:
         """Compact [log start, mapped end) of `log` (a reader's Log is fine: the partition lock is taken
         around each swap; a writable Log already holds it). Raises on failure; earlier groups may have
         been swapped in by then, which leaves a valid log. `progress(done, total)` is called as the passes
-        read, chunk by chunk (_Meter), ending at (total, total) when the cleaning succeeds."""
+        read, chunk by chunk (Meter), ending at (total, total) when the cleaning succeeds."""
         try:
             return self._clean(log, first_dirty_offset, first_uncleanable_offset, now_ms, progress)
         finally:
-            self._meter = _NO_METER
+            self._meter = NO_METER
 
     def _clean(self, log: Log, first_dirty_offset: int, first_uncleanable_offset: int, now_ms, progress) -> CleanResult:
         t0 = self.time.nanoseconds()
@@ -280,7 +227,7 @@ class Cleaner:
         if progress is not None:  # (pass 1's loops read these, and stop at the active segment)
             dirty = log.segments_in_range(first_dirty_offset, first_uncleanable_offset)
             dirty_bytes = sum(s.size for s in dirty if s is not log.active_segment)
-            self._meter = _Meter(progress, dirty_bytes, sum(s.size for s in candidates))
+            self._meter = Meter(progress, dirty_bytes, sum(s.size for s in candidates))
         omap = SkimpyOffsetMap(
             self.config.dedupe_buffer_size, self.config.io_buffer_load_factor, base_offset=first_dirty_offset
         )
@@ -293,7 +240,7 @@ class Cleaner:
         )
         horizon = min(INT64_MAX, now + log.config.delete_retention_ms)
         rnd = _Round(log, omap, end, now, horizon, res, mtimes, txn)
-        self._meter.begin(_Meter.REWRITE, sum(s.size for s in sources))
+        self._meter.begin(Meter.REWRITE, sum(s.size for s in sources))
         with self._output_lock(log), _scratch_dir(log) as self._scratch:
             for group in group_segments_by_size(
                 sources, log.config.segment_bytes, log.config.segment_index_bytes, first_uncleanable_offset
@@ -310,9 +257,9 @@ class Cleaner:
         """Map the dirty range; returns (end of the mapped range, whether the map filled up first).
         The map's one table is sized from a HyperLogLog count of the range's keys first."""
         limit = start + MAX_RELATIVE_OFFSET
-        self._meter.begin(_Meter.KEYS)
+        self._meter.begin(Meter.KEYS)
         omap.reserve(self._estimate_keys(log, omap, start, end, res))
-        self._meter.begin(_Meter.MAP)
+        self._meter.begin(Meter.MAP)
         txn = CleanedTransactionMetadata.for_range(log, start, end)
         for seg in log.segments_in_range(start, end):
             if seg is log.active_segment:

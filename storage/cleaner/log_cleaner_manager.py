@@ -24,7 +24,8 @@ from ..metadata.checkpoint import CLEANER_OFFSET_CHECKPOINT_FILE, OffsetCheckpoi
 from ..segment_swap import settle_hint, settled_bound
 from ..topic_partition import TopicPartition
 from ..transactions.producer_state_manager import ProducerStateManager
-from .cleaner import Cleaner, CleanProgress, CleanResult
+from .clean_progress import CleanProgress
+from .cleaner import Cleaner, CleanResult
 from .cleaner_config import CleanerConfig
 from .segment_merger import DEFAULT_MERGE_MIN_AGE_MS
 
