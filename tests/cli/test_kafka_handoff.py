@@ -28,7 +28,6 @@ import re
 import shutil
 import struct
 import subprocess
-import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,8 +39,9 @@ from storage.metadata.checkpoint import LOG_START_OFFSET_CHECKPOINT_FILE, parse_
 from storage.records.record_batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK
 from storage.staging.record_stager import ADOPT_MIN_BYTES
 from storage.topic_partition import TopicPartition
+from tests.helpers import broker_checks
+from tests.helpers.broker_checks import LOAD_RE, bad_lines, differences, kafkalog_records, wait
 from tools.realkafka import jars
-from tools.realkafka.broker import BrokerError
 
 PARTITIONS = 3
 SEGMENT_BYTES = 128 * 1024  # adoption threshold: half of it, 64 KiB of a partition's staging log
@@ -52,29 +52,6 @@ TOPICS = [*CODECS, COMPACT]
 T0 = 1_700_000_000_000
 DELETED_TP = TopicPartition("ho-zstd", 1)  # its log start is moved into its second segment
 STAGED = "ho-lz4"  # exported into a staging directory, then copied into the broker's log dir
-
-# what a broker logs when it recovers, rebuilds, truncates or sets aside what it was given
-BAD_SIGNS = [
-    "Found invalid messages",
-    "Corruption found",
-    "recovering segment and rebuilding index files",
-    "Found a corrupted index file",
-    "marked stray",
-    "Deleting all segments",
-    "Truncation detected",
-    "Recovering unflushed segment",
-    "since no clean shutdown file was found",
-    "Found an orphaned index file",
-    "Found invalid offset during recovery",
-    "Caught segment overflow error",
-    "is less than start offset",
-    "Loaded stray log",
-]
-LOAD_RE = re.compile(
-    r"Completed load of Log\(dir=(?P<dir>[^,]+), .*?\) with (?P<segments>\d+) segments, "
-    r"local-log-start-offset (?P<start>\d+) and log-end-offset (?P<end>\d+)"
-)
-
 
 # ---------------------------------------------------------------- input
 
@@ -151,68 +128,6 @@ def _spark_write(spark, root: str, work, topic: str) -> None:
 # ---------------------------------------------------------------- reading both sides
 
 
-def _kafkalog_records(root: str, topic: str) -> dict[int, list[tuple]]:
-    """partition -> [(offset, timestamp, timestampType, key, value, headers)] as the engine reads them."""
-    names = {0: "CreateTime", 1: "LogAppendTime"}
-    lm = LogManager(root)
-    out = {}
-    for tp in lm.partitions(topic):
-        rows = []
-        with lm.open_log(tp) as log:
-            for batch in log.read_records(log.log_start_offset):
-                d = batch.to_pydict()
-                for i in range(batch.num_rows):
-                    rows.append(
-                        (
-                            d["offset"][i],
-                            d["timestamp"][i],
-                            names[d["timestampType"][i]],
-                            d["key"][i],
-                            d["value"][i],
-                            tuple((h["key"], h["value"]) for h in d["headers"][i] or ()),
-                        )
-                    )
-        out[tp.partition] = rows
-    return out
-
-
-def _unb64(text):
-    return None if text is None else base64.b64decode(text)
-
-
-def _consumed(broker, topics) -> dict[str, dict[int, list[tuple]]]:
-    """Every record of each topic as Kafka's Java consumer returns it, in kafkalog's shape."""
-    results = broker.tool(*({"op": "consume", "topic": t} for t in topics))
-    out = {}
-    for topic, records in zip(topics, results, strict=False):
-        per = {p: [] for p in range(PARTITIONS)}
-        for r in records:
-            per[r["partition"]].append(
-                (
-                    r["offset"],
-                    r["timestamp"],
-                    r["timestampType"],
-                    _unb64(r["key"]),
-                    _unb64(r["value"]),
-                    tuple((k, _unb64(v)) for k, v in r["headers"]),
-                )
-            )
-        out[topic] = {p: sorted(rows) for p, rows in per.items()}
-    return out
-
-
-def _differences(expected: dict, got: dict) -> list[str]:
-    diffs = []
-    for p in sorted(set(expected) | set(got)):
-        a, b = expected.get(p, []), got.get(p, [])
-        if len(a) != len(b):
-            diffs.append(f"partition {p}: {len(a)} records expected, {len(b)} read")
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                diffs.append(f"partition {p}: expected {x!r:.200}, read {y!r:.200}")
-    return diffs
-
-
 def _dump_log_segments(files: list[str], *flags: str) -> str:
     """Kafka's DumpLogSegments over the files: stdout and stderr (where it reports mismatches)."""
     cmd = [
@@ -237,30 +152,6 @@ def _run_cli(*argv: str) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(list(argv))
     return rc, out.getvalue(), err.getvalue()
-
-
-def _wait(condition, what: str, broker, timeout: float = 180.0):
-    """Poll a condition (the broker's own progress), failing with the broker's log after a hang guard."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if not broker.running:
-            raise BrokerError(f"the broker exited while waiting for {what}\n" + broker.log_tail())
-        if time.monotonic() > deadline:
-            raise BrokerError(f"no sign of {what} after {timeout:.0f} s\n" + broker.log_tail())
-        time.sleep(0.1)
-
-
-def _bad_lines(log: str) -> list[str]:
-    """Lines of a broker log that show recovery, rebuilds, truncation, stray dirs or corrupt data (the metadata
-    log's own recovery at each start aside), and any WARN or ERROR naming the handed-over topics."""
-    return [
-        line
-        for line in log.splitlines()
-        if any(s in line for s in BAD_SIGNS)
-        and "__cluster_metadata" not in line
-        or re.search(r"\] (WARN|ERROR) ", line)
-        and any(t in line for t in TOPICS)
-    ]
 
 
 def _segment_bases(d) -> list[int]:
@@ -303,7 +194,7 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
     assert rc == 0, out + err
 
     # what kafkalog holds: records, and the partitions' shape as the broker must load it
-    records = {t: _kafkalog_records(root, t) for t in TOPICS}
+    records = {t: kafkalog_records(root, t) for t in TOPICS}
     shape = {}  # partition -> (segments the broker must load, its log start, log end, kafkalog's segment sizes)
     lm = LogManager(root)
     for t in TOPICS:
@@ -342,7 +233,7 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
     )
     topic_ids = {t: r["topicId"] for t, r in zip(TOPICS, created, strict=False)}
     log_dir = b.log_dir
-    _wait(
+    wait(
         lambda: all((log_dir / f"{t}-{p}" / "partition.metadata").exists() for t in TOPICS for p in range(PARTITIONS)),
         "the new topics' partition directories",
         b,
@@ -484,7 +375,7 @@ def test_the_command_writes_kafkas_files_only(handoff, broker):
 @pytest.mark.spark
 def test_the_broker_loads_every_partition_without_recovery_or_warnings(handoff, broker):
     log = handoff["broker_log"]
-    bad = _bad_lines(log)
+    bad = bad_lines(log, TOPICS)
     assert bad == [], "\n".join(bad[:20])
     assert "Skipping recovery of" in log
     loaded = {}
@@ -529,10 +420,10 @@ def test_kafkas_dump_log_segments_finds_nothing_wrong(handoff, broker):
 @pytest.mark.kafka
 @pytest.mark.spark
 def test_kafkas_consumer_reads_what_kafkalog_reads(handoff, broker):
-    consumed = _consumed(broker, TOPICS)
+    consumed = broker_checks.consumed(broker, TOPICS, PARTITIONS)
     total = 0
     for t in TOPICS:
-        assert _differences(handoff["records"][t], consumed[t]) == [], t
+        assert differences(handoff["records"][t], consumed[t]) == [], t
         total += sum(len(rows) for rows in consumed[t].values())
     assert total > 12_000
     print(f"\n{total} records compared (offset, key, value, headers, timestamp, timestampType): 0 differences")
@@ -663,11 +554,11 @@ def broker_work(handoff, kafka_broker_session):
             for p in range(PARTITIONS)
         )
 
-    _wait(cleaned_to_active, "the broker's cleaner to clean ho-compact up to its active segments", b)
-    consumed = _consumed(b, TOPICS)
+    wait(cleaned_to_active, "the broker's cleaner to clean ho-compact up to its active segments", b)
+    consumed = broker_checks.consumed(b, TOPICS, PARTITIONS)
     log = b.log_since_start()
     b.stop()  # indexes trimmed, a clean log dir for kafkalog to read
-    return dict(consumed=consumed, log=log, read={t: _kafkalog_records(str(log_dir), t) for t in TOPICS})
+    return dict(consumed=consumed, log=log, read={t: kafkalog_records(str(log_dir), t) for t in TOPICS})
 
 
 @pytest.mark.kafka
@@ -676,7 +567,7 @@ def test_kafkalog_reads_the_brokers_log_dir_after_appends_and_compaction(handoff
     consumed, read = broker_work["consumed"], broker_work["read"]
     total = 0
     for t in TOPICS:
-        assert _differences(consumed[t], read[t]) == [], t
+        assert differences(consumed[t], read[t]) == [], t
         total += sum(len(rows) for rows in read[t].values())
     for t in CODECS:  # the exported records, then the broker's
         for p in range(PARTITIONS):
@@ -695,7 +586,7 @@ def test_kafkalog_reads_the_brokers_log_dir_after_appends_and_compaction(handoff
         assert set(old) <= set(handoff["records"][COMPACT][p])
         dropped += len(handoff["records"][COMPACT][p]) - len(old)
     assert dropped > 0
-    bad = _bad_lines(broker_work["log"])
+    bad = bad_lines(broker_work["log"], TOPICS)
     assert bad == [], "\n".join(bad[:20])
     # a partition that holds records now is not exported into again
     rc, out, err = _run_cli("export-to-broker", handoff["root"], "--topic", "ho-none", "--to", str(handoff["log_dir"]))
@@ -789,7 +680,7 @@ def test_export_into_a_broker_log_dir_writes_kafkas_files_and_checkpoints(tmp_pa
     )
     assert not [n for n in os.listdir(broker_dir) if "delete" in n]
     # kafkalog reads the exported partitions as it reads its own (the broker's files are a log dir too)
-    assert _kafkalog_records(str(broker_dir), "t") == _kafkalog_records(root, "t")
+    assert kafkalog_records(str(broker_dir), "t") == kafkalog_records(root, "t")
 
 
 def test_export_into_a_staging_directory(tmp_path):
@@ -915,7 +806,7 @@ def test_an_object_store_root_is_read_through_the_engine(tmp_path):
         final = struct.pack(">qi", max_ts, max_off - base)  # the max-timestamp entry a roll appends
         assert (d / f"{base:020d}.timeindex").read_bytes() in (times, times + final)
         assert batches[0]["base_offset"] == base and all(b["crc_ok"] for b in batches)
-    assert _kafkalog_records(str(tmp_path / "staging"), "t") == {0: _kafkalog_records_of(lm, "t", 0)}
+    assert kafkalog_records(str(tmp_path / "staging"), "t") == {0: _kafkalog_records_of(lm, "t", 0)}
 
 
 def _kafkalog_records_of(lm, topic, partition):

@@ -30,7 +30,7 @@ pytest.importorskip("pyiceberg")
 from kafkalog_ds.cli import main  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
 from storage.tables.table_state import TABLES_DIR, read_state  # noqa: E402
-from tests.cli.test_kafka_handoff import BAD_SIGNS  # noqa: E402
+from tests.helpers.broker_checks import BAD_SIGNS  # noqa: E402
 from tools.realkafka import jars  # noqa: E402
 
 TOPIC = "kl-table-export"
