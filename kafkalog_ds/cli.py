@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from typing import BinaryIO, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import fsspec.config
 
@@ -42,7 +42,10 @@ from storage.transactions.isolation import READ_COMMITTED, READ_UNCOMMITTED
 from .consume import consume
 from .dump_log import DEFAULT_MAX_MESSAGE_SIZE, NO_MAX_BYTES, DumpOptions
 from .dump_segments import dump_files
-from .produce import DEFAULT_BATCH_SIZE, produce
+from .produce import DEFAULT_BATCH_SIZE, produce, sigint_deferred
+
+if TYPE_CHECKING:
+    from storage.export import ExportResult, PartitionExport
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 INTERRUPTED = 130  # the exit code for Ctrl-C (128 + SIGINT), as shells report it
@@ -815,19 +818,77 @@ def cmd_table(args, stdin, out, err) -> int:
 
 
 def cmd_export_to_broker(args, stdin, out, err) -> int:
-    from .broker_export import export_topic
+    from storage.export import export_topic
 
     lm = _existing(args)
-    export_topic(
+    result = export_topic(
         lm,
         args.topic,
         args.to,
         topic_id=args.topic_id,
         partitions=args.partition,
         allow_unclean_shutdown=args.allow_unclean_shutdown,
-        out=out,
+        on_partition=lambda part: out.write(_partition_line(part)),
+        uninterrupted=sigint_deferred,
     )
+    out.write(summary_line(result))
     return 0
+
+
+def _partition_line(p: PartitionExport) -> str:
+    extra = []
+    if p.skipped_segments:
+        extra.append(f"{p.skipped_segments} segment(s) below the log start left out")
+    if p.recordless_segments:
+        extra.append(f"{p.recordless_segments} segment(s) holding no record left out")
+    if p.epochs_reset:
+        extra.append(f"partitionLeaderEpoch set to 0 in {p.epochs_reset} batch(es)")
+    if p.producers_cleared:
+        extra.append(f"producer id without a sequence cleared in {p.producers_cleared} batch(es)")
+    if p.txn_batches:
+        extra.append(
+            f"{p.txn_batches} transactional batch(es) and marker(s) carried, {p.aborted_txns} aborted "
+            f"transaction(s) in .txnindex, {p.producers} producer(s) in the snapshot at the log end"
+        )
+    return (
+        f"{p.tp.topic}-{p.tp.partition}: {p.segments} segment(s), {_records(p.records, p.markers)}, {p.bytes} bytes, "
+        f"log start "
+        f"offset {p.broker_log_start}, log end offset {p.log_end}" + "".join(f"; {e}" for e in extra) + "\n"
+    )
+
+
+def _records(records: int, markers: int) -> str:
+    """Data records as a consumer counts them, and the offsets transaction markers take beside them."""
+    return f"{records} records" + (f" (and {markers} transaction markers, one offset each)" if markers else "")
+
+
+def summary_line(r: ExportResult) -> str:
+    segs = sum(p.segments for p in r.partitions)
+    records = sum(p.records for p in r.partitions)
+    markers = sum(p.markers for p in r.partitions)
+    size = sum(p.bytes for p in r.partitions)
+    head_ = (
+        f"Exported {len(r.partitions)} partition(s) of topic {r.topic} (TopicId {r.topic_id}): {segs} segment(s), "
+        f"{_records(records, markers)}, {size} bytes in {r.seconds:.2f} s, "
+    )
+    if r.broker_log_dir:
+        text = head_ + f"into the broker's log dir {r.target}; start the broker"
+        if r.not_here:
+            text += (
+                f". Partition(s) {', '.join(map(str, r.not_here))} have no directory in this log dir and were "
+                f"not exported here: run this where the broker keeps them (another broker or log dir)"
+            )
+        return text + "\n"
+    text = head_ + (
+        f"into the staging directory {r.target}; copy its {r.topic}-<partition> directories into the "
+        f"log dir of each broker that holds them, stopped cleanly"
+    )
+    if r.delete_records_file:
+        text += (
+            f". Some partitions start above their first segment: once the broker runs, "
+            f"kafka-delete-records.sh --offset-json-file {r.delete_records_file} sets their log start offsets"
+        )
+    return text + "\n"
 
 
 # ---------------------------------------------------------------- entry point

@@ -2,8 +2,8 @@
 
 Every import statement counts, including those inside functions (a lazy import is still a
 dependency). Layers, top down: kafkalog_ds -> python_datasource -> storage; storage never imports
-Spark. Inside storage the subpackages (records, objects, cleaner, staging) depend on each other in
-one direction only.
+Spark. Inside storage the subpackages (records, objects, cleaner, staging, export) depend on each other
+in one direction only, and the export (storage/export) is the engine's top: only the command line uses it.
 """
 
 from __future__ import annotations
@@ -143,6 +143,20 @@ def test_storage_subpackages_depend_one_way():
         for b in a:
             sub.setdefault(b, set())
     assert not find_cycles(sub), f"storage subpackages import each other: {sub}"
+
+
+def test_the_export_is_the_engines_top():
+    """storage/export writes a broker's files from the engine's logs; nothing else in storage depends on it."""
+    edges, _ = import_graph()
+    export = lambda m: m == "storage.export" or m.startswith("storage.export.")  # noqa: E731
+    bad = [
+        f"{mod} imports {d}"
+        for mod, deps in edges.items()
+        if mod.split(".")[0] == "storage" and not export(mod)
+        for d in sorted(deps)
+        if export(d)
+    ]
+    assert not bad, bad
 
 
 def test_the_checks_see_a_circle(tmp_path):

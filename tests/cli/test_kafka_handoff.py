@@ -128,23 +128,22 @@ def _spark_write(spark, root: str, work, topic: str) -> None:
 # ---------------------------------------------------------------- reading both sides
 
 
-def _dump_log_segments(files: list[str], *flags: str) -> str:
-    """Kafka's DumpLogSegments over the files: stdout and stderr (where it reports mismatches)."""
-    cmd = [
-        "java",
-        "-Xmx512m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-cp",
-        jars.kafka_classpath(),
-        "org.apache.kafka.tools.DumpLogSegments",
-        "--files",
-        ",".join(files),
-        *flags,
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, f"DumpLogSegments {flags} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-    return done.stdout + done.stderr
+def _dump_log_segments(broker, files: list[str], *flags: str) -> str:
+    """The broker's version of Kafka's DumpLogSegments over the files: stdout and stderr (where it reports
+    mismatches)."""
+    return "".join(broker.dump_log_output(files, *flags))
+
+
+def _tree(root: str) -> dict[str, tuple[int, int]]:
+    """Every file under root: (size, mtime)."""
+    return {
+        os.path.relpath(os.path.join(d, n), root): (
+            os.stat(os.path.join(d, n)).st_size,
+            os.stat(os.path.join(d, n)).st_mtime_ns,
+        )
+        for d, _, names in os.walk(root)
+        for n in names
+    }
 
 
 def _run_cli(*argv: str) -> tuple[int, str, str]:
@@ -168,8 +167,9 @@ def broker(kafka_broker_session):
 
 
 @pytest.fixture(scope="module")
-def handoff(spark_session, kafka_broker_session, tmp_path_factory):
-    b = kafka_broker_session.ensure_running()
+def handoff_input(spark_session, tmp_path_factory):
+    """What Spark and kafkalog write, once for every broker version: the topics, compacted and with a log start
+    moved, and kafkalog's records and partition shapes. The export only reads the root (`handoff` checks)."""
     work = tmp_path_factory.mktemp("handoff")
     root = str(work / "logs")
     for topic in TOPICS:
@@ -211,7 +211,16 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
                     if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
                 ]
                 shape[tp] = (len(kept), max(start, kept[0]), log.log_end_offset, [s.size for s in segs])
+    return dict(root=root, records=records, shape=shape, deleted_to=deleted_to)
 
+
+@pytest.fixture(scope="module")
+def handoff(handoff_input, kafka_broker_session, tmp_path_factory):
+    """The input exported to this version's broker (its log dir, and one topic through a staging directory),
+    Kafka's DumpLogSegments over what was written, and the broker started on it."""
+    b = kafka_broker_session.ensure_running()
+    root, records, shape = handoff_input["root"], handoff_input["records"], handoff_input["shape"]
+    input_files = _tree(root)
     created = b.tool(
         *(
             {
@@ -242,7 +251,7 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
     exports = {}
     for i, t in enumerate(TOPICS):
         if t == STAGED:  # the staging route, as docs/kafka-broker.md does it: export, then replace the broker's dirs
-            staging = work / "staging"
+            staging = tmp_path_factory.mktemp(f"handoff-staging-{b.version}") / "staging"
             rc, out, err = _run_cli(
                 "export-to-broker", root, "--topic", t, "--topic-id", topic_ids[t], "--to", str(staging)
             )
@@ -265,10 +274,11 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
     ]
     indexes = [f for f in exported if f.endswith((".index", ".timeindex"))]
     dumps = {
-        "verify": _dump_log_segments(indexes, "--verify-index-only"),
-        "sanity": _dump_log_segments(indexes, "--index-sanity-check"),
-        "logs": _dump_log_segments([f for f in exported if f.endswith(".log")]),
+        "verify": _dump_log_segments(b, indexes, "--verify-index-only"),
+        "sanity": _dump_log_segments(b, indexes, "--index-sanity-check"),
+        "logs": _dump_log_segments(b, [f for f in exported if f.endswith(".log")]),
     }
+    assert _tree(root) == input_files, "the export changed the root it read (the next broker's input)"
     checkpoints = {
         name: parse_checkpoint((log_dir / name).read_bytes())
         for name in (LOG_START_OFFSET_CHECKPOINT_FILE, "cleaner-offset-checkpoint")
@@ -301,7 +311,7 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
         dumps=dumps,
         checkpoints=checkpoints,
         files=partition_files,
-        deleted_to=deleted_to,
+        deleted_to=handoff_input["deleted_to"],
         n_indexes=len(indexes),
         broker_log=b.log_since_start(),
         log_dir=log_dir,
@@ -310,10 +320,11 @@ def handoff(spark_session, kafka_broker_session, tmp_path_factory):
 
 @pytest.mark.kafka
 @pytest.mark.spark
-def test_the_input_took_both_commit_paths_and_was_compacted(handoff, broker):
+def test_the_input_took_both_commit_paths_and_was_compacted(handoff_input):
     """Each partition's first micro-batch was copied into a segment that the adopting commit rolled early,
     and the last one was copied into the adopted tail; the compacted topic lost records to compaction and
-    carries tombstones with a delete horizon (KIP-534)."""
+    carries tombstones with a delete horizon (KIP-534). (The input of every broker version: it runs once.)"""
+    handoff = handoff_input
     threshold = min(ADOPT_MIN_BYTES, SEGMENT_BYTES // 2)
     lm = LogManager(handoff["root"])
     for tp, (_kept, _start, end, sizes) in handoff["shape"].items():
@@ -708,6 +719,7 @@ def test_export_into_a_staging_directory(tmp_path):
         ("wrong-id", "is not the id of topic 't' on this broker"),
         ("bad-id", "is not a Kafka topic id"),
         ("records", "already holds records"),
+        ("records-after-a-broker-ran", "already holds records"),
         ("missing-partition", "holds no directory for partition 1 of topic 't'"),
         ("more-partitions", "holds partition 2 of topic 't', which has 2 partition(s)"),
         ("not-a-log-dir", "is neither a Kafka broker's log dir"),
@@ -725,8 +737,10 @@ def test_export_refuses_and_changes_nothing(tmp_path, case, message):
         argv += ["--topic-id", "AAAAAAAAAAAAAAAAAAAAAg"]
     elif case == "bad-id":
         argv += ["--topic-id", "not-an-id"]
-    elif case == "records":
+    elif case.startswith("records"):
         (broker_dir / "t-1" / f"{0:020d}.log").write_bytes(b"x" * 100)
+        if case == "records-after-a-broker-ran":  # a broker that ran leaves its (empty) lock file behind
+            (broker_dir / ".lock").write_bytes(b"")
     elif case == "missing-partition":
         argv += ["--partition", "1"]
         shutil.rmtree(broker_dir / "t-1")
@@ -770,8 +784,7 @@ def test_export_refuses_and_changes_nothing(tmp_path, case, message):
         p: sorted(os.listdir(broker_dir / p)) if (broker_dir / p).is_dir() else (broker_dir / p).read_bytes()
         for p in os.listdir(broker_dir)
     }
-    after.pop(".lock", None)
-    before.pop(".lock", None)
+    # every name, dotfiles included: a `.lock` the export created is gone again, one that was there stays
     assert after == before
 
 
@@ -782,7 +795,7 @@ def test_an_object_store_root_is_read_through_the_engine(tmp_path):
 
     import fsspec
 
-    from kafkalog_ds.broker_export import export_topic
+    from storage.export import export_topic
     from storage.objects.object_store import ObjectStoreFileSystem
     from tests.helpers.kafka_reference import kafka_recovery_entries, kp_batch, kp_parse
 
@@ -792,8 +805,7 @@ def test_an_object_store_root_is_read_through_the_engine(tmp_path):
         for i in range(5):
             log.append(kp_batch([(T0 + 10 * i + j, b"k", b"v%d" % j, []) for j in range(4)], codec="zstd"))
             log.append(kp_batch([(T0 + 10 * i + 5, None, b"x" * 200, [])]))
-    out = io.StringIO()
-    result = export_topic(lm, "t", str(tmp_path / "staging"), topic_id=TOPIC_ID, out=out)
+    result = export_topic(lm, "t", str(tmp_path / "staging"), topic_id=TOPIC_ID)
     assert [p.segments for p in result.partitions] == [10]
     d = tmp_path / "staging" / "t-0"
     bases = _segment_bases(d)
