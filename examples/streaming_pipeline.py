@@ -142,8 +142,8 @@ def main() -> None:
     if interrupted:
         exit_interrupted(
             PROG,
-            f"stopped: committed {written} records in {batches} micro-batches into {root}; run again to resume "
-            "from the checkpoint",
+            # no micro-batch count: a stop cuts the query short of reporting the progress of the last one
+            f"stopped: committed {written} records into {root}; run again to resume from the checkpoint",
         )
     print(f"committed {written} records in {batches} micro-batches into {root}")
     say(f"{PROG}: reading the log back with kafkalog describe and consume (a first run compiles the decoder)")

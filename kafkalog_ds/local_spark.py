@@ -31,15 +31,41 @@ _REPORTED_BY_CALLER = (
     "org.apache.spark.sql.execution.datasources.v2.AppendDataExec",
     "org.apache.spark.scheduler.TaskSetManager",
     "org.apache.spark.executor.Executor",
+    # a task that query.stop() cancels: "Aborting task" and "Aborted commit for partition", each with a trace
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.sql.execution.datasources.v2.DataWritingSparkTask",
+    # spark.stop() while a task's status update is in flight: "Exception in statusUpdate" (its pool shut down)
+    "org.apache.spark.scheduler.TaskSchedulerImpl",
 )
 _active: Interrupt | None = None  # the Interrupt in force (session() tells it the SparkSession)
 _interrupted = False  # a Ctrl-C came: an error from here on is its consequence (a JVM call cut short)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
+_said = threading.RLock()  # a progress line and a Ctrl-C's line never cross: see say()
+
+
+@contextlib.contextmanager
+def _no_interrupt_inside() -> Iterator[None]:
+    """Hold off the Ctrl-C handler for a few statements: the lock for other threads; on the main thread, where
+    the handler runs, SIGINT is also blocked (a pending one is handled on leaving)."""
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with _said:
+            yield
+    finally:
+        if main:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def say(message: str) -> None:
-    """A progress line on stderr (stdout stays the command's output), flushed at once."""
-    print(message, file=sys.stderr, flush=True)
+    """A progress line on stderr (stdout stays the command's output), flushed at once; none after a Ctrl-C,
+    which has the last word: what it stops and what was committed."""
+    with _no_interrupt_inside():
+        if not _interrupted:
+            print(message, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -51,8 +77,7 @@ def still(what: str, every_s: float = 5.0) -> Iterator[None]:
 
     def beat() -> None:
         while not done.wait(every_s):
-            if not _interrupted:  # after a Ctrl-C the process says only what it stops and what is committed
-                say(f"{what} ({time.monotonic() - began:.0f} s)")
+            say(f"{what} ({time.monotonic() - began:.0f} s)")
 
     threading.Thread(target=beat, daemon=True).start()
     try:
@@ -180,7 +205,7 @@ def _forward(fd: int, to) -> None:
     def run() -> None:
         with os.fdopen(fd, "rb") as pipe:
             for line in pipe:
-                if line.startswith(_JVM_NOISE):
+                if line.startswith(_JVM_NOISE) or _interrupted:  # after a Ctrl-C: Spark's traces of what it cancels
                     continue
                 with contextlib.suppress(Exception):
                     to.buffer.write(line) if hasattr(to, "buffer") else to.write(line.decode(errors="replace"))
@@ -239,8 +264,11 @@ def exit_interrupted(prog: str, message: str, *, kill_children: bool = False) ->
     files go); kill_children kills it and its workers outright, for a JVM still starting."""
     import logging
 
+    global _interrupted
     logging.disable(logging.CRITICAL)  # py4j logs the call the Ctrl-C cut short
-    print(f"{prog}: {message}", file=sys.stderr, flush=True)
+    with _said:
+        _interrupted = True  # nothing more from the progress lines or Spark's JVM
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     if kill_children:
         for pid in _children(os.getpid()):
@@ -306,9 +334,10 @@ class Interrupt:
         if self.requested or self.immediate:
             _raise_interrupt(signum, frame)
         global _interrupted
-        _interrupted = True
-        self.requested = True
-        say(f"{self.prog}: {self.message}")
+        with _said:
+            _interrupted = True
+            self.requested = True
+            print(f"{self.prog}: {self.message}", file=sys.stderr, flush=True)
 
 
 def stop_between_batches(query, *, deadline: float | None = None) -> None:
@@ -379,5 +408,22 @@ def exit_on_interrupt(spark=None, *, prog: str, immediate: bool = True, summary=
             exit_interrupted(prog, said)
         previous(kind, value, tb)
 
+    def unraisable(info) -> None:
+        # the KeyboardInterrupt landed in a finalizer (py4j's weakref callbacks run during any call), where
+        # Python only reports it: a moment later, from a thread that nothing waits on (a raise inside this hook
+        # is swallowed too), SIGINT comes again to the main thread; if that lands in a finalizer, again
+        if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+            import _thread
+
+            def again() -> None:
+                time.sleep(0.05)
+                _thread.interrupt_main(signal.SIGINT)
+
+            _thread.start_new_thread(again, ())
+            return
+        previous_unraisable(info)
+
     sys.excepthook = hook
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = unraisable
     return stop

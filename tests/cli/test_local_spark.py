@@ -12,6 +12,12 @@ import pytest
 from kafkalog_ds import local_spark
 
 
+@pytest.fixture(autouse=True)
+def _no_ctrl_c_left_behind(monkeypatch):
+    """A test's SIGINT marks the module interrupted (progress lines muted): not for the tests after it."""
+    monkeypatch.setattr(local_spark, "_interrupted", False)
+
+
 class FakeContext:
     def __init__(self):
         self.calls = []
@@ -78,6 +84,33 @@ def test_outside_a_stream_ctrl_c_raises_at_once_and_silences_py4js_log():
         assert logging.root.manager.disable == logging.CRITICAL  # py4j logs the call a Ctrl-C cuts short
     finally:
         logging.disable(logging.NOTSET)
+
+
+# A Ctrl-C whose KeyboardInterrupt lands in a finalizer (py4j releases JVM objects from weakref callbacks
+# during any call), where Python only reports it; the script then waits for ever, or till it is stopped.
+_LANDS_IN_A_FINALIZER = """
+import os, signal, time, weakref
+from kafkalog_ds.local_spark import exit_on_interrupt, say
+exit_on_interrupt(prog="demo", summary=lambda: "3 records are committed")
+class Obj: pass
+def finalizer(_):
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(3): pass  # the handler runs here, inside the callback
+obj = Obj(); ref = weakref.ref(obj, finalizer); del obj
+say("the interrupt was swallowed")
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_still_ends_the_process_in_one_line():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LANDS_IN_A_FINALIZER], capture_output=True, text=True, timeout=120
+    )  # 120 s: a hang guard, the process ends within a moment
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "demo: interrupted; 3 records are committed\n")
 
 
 def test_descendants_are_found_through_proc(tmp_path):
