@@ -37,7 +37,7 @@ import pytest
 from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 from tests.helpers import open_transaction as OT
-from tools.realkafka.broker import b64
+from tools.realkafka.broker import b64, unb64
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 
@@ -1172,6 +1172,109 @@ def test_a_streaming_write_writes_the_same_records_and_update_mode_differs(sides
     assert outcome["kafka"].error is None, outcome["kafka"].gist()
     assert outcome["kafkalog"].stage == "run"  # Spark refuses it when the query runs: a Python data source
     assert re.search("kafkalog does not support Update mode", outcome["kafkalog"].text), outcome["kafkalog"].gist()
+
+
+COMMIT_KEY = b"\x00\x00\x00\x01"  # a control record's key: version 0, type COMMIT (Kafka's EndTransactionMarker)
+
+
+def test_a_streams_micro_batches_transaction_markers_and_timestamps(sides):
+    """One stream of 3 micro-batches of 5 records (a file source, maxFilesPerTrigger=1), written by the
+    connector, by kafkalog (default transactional=true) and by kafkalog with transactional=false, into a
+    topic of one partition each: three queries in all. Differences, asserted (docs/spark.md, "Coming from
+    format('kafka')"):
+    - each kafkalog micro-batch ends with a COMMIT marker (a control batch, one offset): after the first
+      micro-batch the connector's topic ends at 5 and kafkalog's at 6, offset 5 being the marker; each
+      later micro-batch puts kafkalog's data one offset further from the connector's. transactional=false
+      writes no markers: the connector's offsets exactly.
+    - the `timestamp` column (of type timestamp here, as a stream carries it): kafkalog writes it as each
+      record's CreateTime, the 4.2.0 connector ignores it (its producer stamps the time of the write).
+    The connector's topic is read with Kafka's own consumer, kafkalog's through the log engine with control
+    batches kept (no Spark job for either)."""
+    spark = sides.spark
+    pre = P + "mb-"
+    txn, plain = pre + "txn", pre + "plain"
+    create_topics(sides, {txn: 1, plain: 1})
+    src = sides.tmp / "micro-batches-in"
+    src.mkdir()
+    batches, per = 3, 5
+    given = {}  # value -> the input's timestamp (ms)
+    for b in range(batches):
+        lines = []
+        for i in range(per):
+            value, ms = f"b{b}-{i}", T0 + 1000 * b + i
+            given[value.encode()] = ms
+            lines.append(json.dumps({"key": f"k{i}", "value": value, "ts": ms}))
+        f = src / f"b{b}.json"
+        f.write_text("\n".join(lines) + "\n")
+        os.utime(f, (1_700_000_000 + b, 1_700_000_000 + b))  # the file source takes the oldest first
+
+    def stream():
+        return (
+            spark.readStream.schema("key string, value string, ts long")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(src))
+            .selectExpr("key", "value", "timestamp_millis(ts) AS timestamp")
+        )
+
+    before = int(time.time() * 1000) - 60_000
+    for fmt, topic, opts in (
+        ("kafka", txn, {}),
+        ("kafkalog", txn, {}),
+        ("kafkalog", plain, {"transactional": "false"}),
+    ):
+        out = sides.write(fmt, stream(), stream=True, topic=topic, **opts)
+        assert out.error is None, out.gist()
+
+    # the connector's topic, as Kafka's consumer and ListOffsets see it
+    listed, consumed = sides.broker.tool(
+        {"op": "listOffsets", "topic": txn, "partitions": [0], "spec": "latest"},
+        {"op": "consume", "topic": txn},
+    )
+    kafka_end = listed["0"]["offset"]
+    kafka = [(r["offset"], unb64(r["value"]), r["timestamp"], r["timestampType"]) for r in consumed]
+
+    def engine(topic):
+        """(log end offset, [(offset, key, value, timestamp)] of every record, control records included)."""
+        with LogManager(sides.root).open_log(TopicPartition(topic, 0)) as log:
+            rows = [
+                r
+                for b in log.read_records(log.log_start_offset, skip_control=False)
+                for r in zip(*(b.column(c).to_pylist() for c in ("offset", "key", "value", "timestamp")), strict=True)
+            ]
+            return log.log_end_offset, rows
+
+    txn_end, txn_rows = engine(txn)
+    plain_end, plain_rows = engine(plain)
+    markers = [r for r in txn_rows if r[1] == COMMIT_KEY]
+    data = [r for r in txn_rows if r[1] != COMMIT_KEY]
+    REPORT.extend(
+        [
+            (
+                "sink",
+                f"writeStream, {batches} micro-batches of {per} records: log end offset",
+                f"{kafka_end} (no markers)",
+                f"{txn_end} (a COMMIT marker at {[m[0] for m in markers]}); transactional=false: {plain_end}",
+            ),
+            ("sink", "writeStream, timestamp column", "ignored (the producer's time)", "written as CreateTime"),
+        ]
+    )
+    # the connector: dense data offsets, the topic ending at 5 records a micro-batch
+    assert kafka_end == batches * per
+    assert [r[0] for r in kafka] == list(range(batches * per))
+    # kafkalog's default: each micro-batch's data, then its COMMIT marker, one offset each
+    assert txn_end == batches * (per + 1)
+    assert [m[0] for m in markers] == [per + b * (per + 1) for b in range(batches)]  # 5, 11, 17
+    assert len(txn_rows) == txn_end and [r[0] for r in txn_rows] == list(range(txn_end))
+    # the same values in the same order; micro-batch b's data (values b<b>-<i>) sits b offsets after the
+    # connector's: the drift grows by one offset per micro-batch
+    assert [r[2] for r in data] == [r[1] for r in kafka]
+    assert [r[0] - int(r[2].decode().split("-")[0][1:]) for r in data] == [r[0] for r in kafka]
+    # transactional=false: no marker, the connector's offsets and log end
+    assert plain_end == kafka_end and not [r for r in plain_rows if r[1] == COMMIT_KEY]
+    assert [(r[0], r[2]) for r in plain_rows] == [(r[0], r[1]) for r in kafka]
+    # the timestamp column: kept by kafkalog, the time of the write for the connector's records
+    assert all(r[3] == given[r[2]] for r in data + plain_rows)
+    assert all(r[2] >= before and r[3] == "CreateTime" for r in kafka), kafka[:2]
 
 
 # (SQL of the input, options, save mode, (stage, regex) for the connector, (stage, regex) for kafkalog);
