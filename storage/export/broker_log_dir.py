@@ -5,8 +5,8 @@ it (a POSIX lock on `<log.dir>/.lock`: a running broker is refused, none starts 
 `.kafka_cleanshutdown` (else the broker would recover every segment at its next start), and its
 checkpoint files get each exported partition's entries. A `.lock` the export created is removed again
 unless the export succeeds, so a refused export leaves the log dir exactly as it was. A staging directory
-is missing, empty, or holds only partition directories (and `<topic>.delete-records.json` files); it is
-neither locked nor checkpointed.
+is missing (made, and removed again unless the export succeeds), empty, or holds only partition
+directories (and `<topic>.delete-records.json` files); it is neither locked nor checkpointed.
 """
 
 from __future__ import annotations

@@ -77,6 +77,7 @@ def export_topic(
     target = BrokerLogDir(to, allow_unclean_shutdown)
     staged: list[PartitionExport] = []
     done = False
+    created: str | None = None  # a staging directory this export made: removed again unless it succeeds
     try:
         existing = target.topic_dirs(topic)
         if target.broker:
@@ -96,7 +97,9 @@ def export_topic(
                     f"the staging directory {target.path} holds {existing[clash[0]]} already: give an empty one"
                 )
             not_here = []
-            os.makedirs(target.path, exist_ok=True)
+            if not os.path.isdir(target.path):
+                os.makedirs(target.path)
+                created = target.path
         result = ExportResult(topic, topic_id, target.path, target.broker, not_here=not_here)
 
         # read, check and write every partition before anything replaces a directory
@@ -155,6 +158,9 @@ def export_topic(
         for part in staged:
             if part.staged is not None:
                 shutil.rmtree(part.staged, ignore_errors=True)
+        if created is not None and not done:
+            with contextlib.suppress(OSError):  # only if empty: what was put in place stays
+                os.rmdir(created)
         target.close(refused=not done)
 
 

@@ -1,11 +1,12 @@
-"""kafkalog -> broker: `kafkalog export-to-broker` hands topics Spark wrote to a real Kafka 4.4 broker.
+"""kafkalog -> broker: `kafkalog export-to-broker` hands topics Spark wrote to a real Kafka broker (4.4.0 and 3.9.1).
 
 Spark's kafkalog sink writes four topics (codecs none, zstd, lz4, gzip; three partitions; keys, null keys,
 headers with null values, explicit out-of-order timestamps; one micro-batch big enough to be adopted as
 staged segments between two small ones that are copied) and a compacted topic (snappy, tombstones) that
 kafkalog's maintenance job then compacts; one partition's log start is moved into a segment with
-delete-records. The same topics are created on the session's broker, the broker is stopped cleanly, the
-command writes into its log dir, and the broker is started again. Then:
+delete-records (once: every broker version gets the same input). The same topics are created on the session's
+broker, the broker is stopped cleanly, the command writes into its log dir, and the broker is started again.
+Then:
 
 - the broker's log since that start holds no recovery, index rebuild, truncation, stray directory or
   corrupt-data message, nor any WARN/ERROR naming the topics, and its "Completed load" lines give each
@@ -41,7 +42,6 @@ from storage.staging.record_stager import ADOPT_MIN_BYTES
 from storage.topic_partition import TopicPartition
 from tests.helpers import broker_checks
 from tests.helpers.broker_checks import LOAD_RE, bad_lines, differences, kafkalog_records, wait
-from tools.realkafka import jars
 
 PARTITIONS = 3
 SEGMENT_BYTES = 128 * 1024  # adoption threshold: half of it, 64 KiB of a partition's staging log
@@ -136,14 +136,8 @@ def _dump_log_segments(broker, files: list[str], *flags: str) -> str:
 
 def _tree(root: str) -> dict[str, tuple[int, int]]:
     """Every file under root: (size, mtime)."""
-    return {
-        os.path.relpath(os.path.join(d, n), root): (
-            os.stat(os.path.join(d, n)).st_size,
-            os.stat(os.path.join(d, n)).st_mtime_ns,
-        )
-        for d, _, names in os.walk(root)
-        for n in names
-    }
+    files = [os.path.join(d, n) for d, _, names in os.walk(root) for n in names]
+    return {os.path.relpath(f, root): (st.st_size, st.st_mtime_ns) for f in files for st in [os.stat(f)]}
 
 
 def _run_cli(*argv: str) -> tuple[int, str, str]:
@@ -384,6 +378,7 @@ def test_the_command_writes_kafkas_files_only(handoff, broker):
 
 @pytest.mark.kafka
 @pytest.mark.spark
+@pytest.mark.every_broker
 def test_the_broker_loads_every_partition_without_recovery_or_warnings(handoff, broker):
     log = handoff["broker_log"]
     bad = bad_lines(log, TOPICS)
@@ -430,6 +425,7 @@ def test_kafkas_dump_log_segments_finds_nothing_wrong(handoff, broker):
 
 @pytest.mark.kafka
 @pytest.mark.spark
+@pytest.mark.every_broker
 def test_kafkas_consumer_reads_what_kafkalog_reads(handoff, broker):
     consumed = broker_checks.consumed(broker, TOPICS, PARTITIONS)
     total = 0

@@ -98,6 +98,24 @@ def consumed(broker, topics, partitions: int, **consume) -> dict[str, dict[int, 
     return out
 
 
+def consumed_rows(records: list[dict], partitions: int) -> dict[int, list[tuple]]:
+    """The result of one KafkaTool consume command in kafkalog's shape, partition -> records (for a caller that
+    runs it among other commands in one `broker.tool` call; `consumed` runs its own)."""
+    per: dict[int, list[tuple]] = {p: [] for p in range(partitions)}
+    for r in records:
+        per[r["partition"]].append(
+            (
+                r["offset"],
+                r["timestamp"],
+                r["timestampType"],
+                _unb64(r["key"]),
+                _unb64(r["value"]),
+                tuple((k, _unb64(v)) for k, v in r["headers"]),
+            )
+        )
+    return {p: sorted(rows) for p, rows in per.items()}
+
+
 def differences(expected: dict, got: dict) -> list[str]:
     """partition -> records, compared record by record."""
     diffs = []

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -518,11 +517,7 @@ def build(broker: KafkaBroker) -> Scenario:
 def dump_log_segments(broker: KafkaBroker, files: list[str], *flags: str) -> tuple[str, str]:
     """Kafka's DumpLogSegments over these files: (stdout, stderr). Its stderr holds the report of index entries that
     do not match the log and of non-consecutive offsets, which broker.dump_log() leaves out."""
-    cmd = broker._java("org.apache.kafka.tools.DumpLogSegments", "--files", ",".join(files), *flags, log4j=False)
-    done = subprocess.run(cmd, capture_output=True)
-    if done.returncode != 0:
-        raise BrokerError(f"DumpLogSegments failed:\n{done.stdout[-3000:]!r}\n{done.stderr[-3000:]!r}")
-    return done.stdout.decode("utf-8"), done.stderr.decode("utf-8")
+    return broker.dump_log_output(files, *flags)
 
 
 def split_dump(text: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
-"""Broker -> kafkalog (issue 22, part 2): kafkalog reads what a real Kafka 4.4 broker wrote, as Kafka's own clients do.
+"""Broker -> kafkalog (issue 22, part 2): kafkalog reads what a real Kafka broker wrote, as Kafka's own clients do.
 
-Every scenario is written once per module by Kafka's Java producer on the session's KRaft broker
+Every scenario is written once per module and Kafka version (4.4.0, 3.9.1) by Kafka's Java producer on its KRaft broker
 (tests/helpers/kafka_scenarios.py): all five codecs, null keys, null and empty values, headers with null values,
 explicit and backwards timestamps, LogAppendTime, idempotent and transactional producers (committed and aborted),
 segment rolls with an index entry per batch, two compacted topics after the broker's cleaner ran twice (tombstones

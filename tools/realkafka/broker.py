@@ -1,10 +1,24 @@
 """A real Kafka broker for the tests: one combined KRaft broker+controller on 127.0.0.1, started by us.
 
-KafkaBroker formats its storage directory (kafka-storage.sh format --standalone), starts `kafka.Kafka` with
-free ports and its log in a file, waits until the broker answers a request, and stops it by its PID
-(SIGTERM: a controlled, clean shutdown; kill() is the unclean one). Its log is kept in the work directory and
-quoted by `BrokerError`. `tool()` drives Kafka's own Java producer, consumer and admin client (KafkaTool.java);
+KafkaBroker formats its storage directory (kafka-storage.sh format), starts `kafka.Kafka` with free ports and
+its log in a file, waits until the broker answers a request, and stops it by its PID (SIGTERM: a controlled,
+clean shutdown; kill() is the unclean one). Its log is kept in the work directory and quoted by `BrokerError`.
+`tool()` drives Kafka's own Java producer, consumer and admin client (KafkaTool.java, compiled per version);
 `dump_log()` runs Kafka's DumpLogSegments.
+
+Each Kafka version of jars.KAFKA_VERSIONS runs (`version=`, the newest by default). What differs between the
+generations is handled here, so that a test reads the same on both:
+
+    quorum          4.x: controller.quorum.bootstrap.servers, `kafka-storage format --standalone` (KIP-853);
+                    3.x: a static controller.quorum.voters (1@127.0.0.1:<port>), a plain `format`
+    broker configs  share.coordinator.* exist from 4.x only (a 3.x broker would warn of unknown keys)
+    topic configs   4.x refuses segment.bytes below 1 MiB and takes the test-only internal.segment.bytes for
+                    smaller segments; 3.x has no such key and takes segment.bytes down to 14 bytes: tool()
+                    sends a 3.x broker internal.segment.bytes as segment.bytes
+    tool classes    DumpLogSegments is org.apache.kafka.tools.DumpLogSegments from 4.x, kafka.tools.DumpLogSegments
+                    (Scala, kafka_2.13) in 3.x: `main_class()` gives a version's name for Kafka 4's
+    tool output     3.x's DumpLogSegments ends the line of a producer snapshot's entry that holds no batch with a
+                    space ("lastTimestamp: N "), 4.x's (and `kafkalog dump-log`) not: dump_log_output() drops it
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +42,10 @@ HERE = Path(__file__).resolve().parent
 TOOL_SOURCE = HERE / "KafkaTool.java"
 HANG_S = 180.0  # a guard against a hang only: every wait below is on a condition
 READY_LINE = "Kafka Server started"
+# Kafka 4's main classes that another generation has under another name: {Kafka 4's name: {major: name}}
+MOVED_MAINS = {"org.apache.kafka.tools.DumpLogSegments": {3: "kafka.tools.DumpLogSegments"}}
+# topic configs Kafka 4 has that 3.x names otherwise: {Kafka 4's key: {major: key}}
+MOVED_TOPIC_CONFIGS = {"internal.segment.bytes": {3: "segment.bytes"}}
 
 BROKER_DEFAULTS = {
     "offsets.topic.replication.factor": "1",
@@ -41,6 +60,9 @@ BROKER_DEFAULTS = {
     # the tests write timestamps from 2023; a topic whose test is about retention sets retention.ms itself
     "log.retention.ms": "-1",
 }
+SINCE_4 = ("share.coordinator.",)  # broker config prefixes a 3.x broker does not know
+# 3.x's DumpLogSegments line of a producer snapshot's entry that holds no batch: ends with a space (4.x's does not)
+BATCHLESS_ENTRY = re.compile(r"^(producerId: [^\n]* lastTimestamp: -?\d+) $", re.MULTILINE)
 
 
 class BrokerError(RuntimeError):
@@ -61,15 +83,29 @@ def unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-def tool_classes() -> Path:
-    """KafkaTool compiled once against the broker's kafka-clients, into the jar cache."""
-    key = hashlib.sha256(TOOL_SOURCE.read_bytes() + str(jars.kafka_dir()).encode()).hexdigest()[:12]
-    out = jars.cache_dir() / f"kafkatool-{key}"
+def major(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+def main_class(name: str, version: str = jars.NEWEST_KAFKA) -> str:
+    """The main class that Kafka 4 calls `name`, as this version names it."""
+    return MOVED_MAINS.get(name, {}).get(major(version), name)
+
+
+def topic_configs(configs: dict[str, str], version: str = jars.NEWEST_KAFKA) -> dict[str, str]:
+    """Topic configs as Kafka 4 spells them, as this version takes them."""
+    return {MOVED_TOPIC_CONFIGS.get(k, {}).get(major(version), k): v for k, v in configs.items()}
+
+
+def tool_classes(version: str = jars.NEWEST_KAFKA) -> Path:
+    """KafkaTool compiled once per Kafka version against its kafka-clients, into the jar cache."""
+    key = hashlib.sha256(TOOL_SOURCE.read_bytes() + str(jars.kafka_dir(version)).encode()).hexdigest()[:12]
+    out = jars.cache_dir() / f"kafkatool-{version}-{key}"
     if not (out / "KafkaTool.class").exists():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
-            ["javac", "-nowarn", "-cp", jars.kafka_classpath(), "-d", str(tmp), str(TOOL_SOURCE)],
+            ["javac", "-nowarn", "-cp", jars.kafka_classpath(version), "-d", str(tmp), str(TOOL_SOURCE)],
             capture_output=True,
             text=True,
         )
@@ -82,14 +118,45 @@ def tool_classes() -> Path:
     return out
 
 
-class KafkaBroker:
-    """One KRaft node (process.roles=broker,controller) whose data lives in `workdir`/data."""
+def java_command(version: str, main: str, *args: str, heap: str = "512m") -> list[str]:
+    """`java` running a Kafka version's main class (named as Kafka 4 names it: main_class()) on its jars."""
+    return [
+        "java",
+        f"-Xmx{heap}",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
+        "-cp",
+        jars.kafka_classpath(version),
+        main_class(main, version),
+        *args,
+    ]
 
-    def __init__(self, workdir: str | os.PathLike, configs: dict[str, str] | None = None, heap: str = "768m"):
+
+class KafkaBroker:
+    """One KRaft node (process.roles=broker,controller) of a Kafka version (jars.KAFKA_VERSIONS) whose data lives
+    in `workdir`/data; with log_dirs=n, in n log dirs (`log_dirs`; `log_dir` is the first, also the metadata's)."""
+
+    def __init__(
+        self,
+        workdir: str | os.PathLike,
+        configs: dict[str, str] | None = None,
+        heap: str = "768m",
+        *,
+        version: str = jars.NEWEST_KAFKA,
+        log_dirs: int = 1,
+    ):
+        if version not in jars.KAFKA_VERSIONS:
+            raise ValueError(f"Kafka {version} is not one of the tests' versions {jars.KAFKA_VERSIONS}")
+        if log_dirs < 1:
+            raise ValueError(f"log_dirs={log_dirs}: a broker has at least one log dir")
+        self.version = version
+        self.major = major(version)
         self.workdir = Path(workdir)
-        self.log_dir = self.workdir / "data"
+        self.log_dirs = [self.workdir / "data"] + [self.workdir / f"data-{i}" for i in range(1, log_dirs)]
+        self.log_dir = self.log_dirs[0]
         self.log_file = self.workdir / "server.log"
-        self.configs = {**BROKER_DEFAULTS, **(configs or {})}
+        defaults = {k: v for k, v in BROKER_DEFAULTS.items() if self.major >= 4 or not k.startswith(SINCE_4)}
+        self.configs = {**defaults, **(configs or {})}
         self.heap = heap
         self.proc: subprocess.Popen | None = None
         self.port = self.controller_port = 0
@@ -102,23 +169,28 @@ class KafkaBroker:
         return f"127.0.0.1:{self.port}"
 
     def _java(self, main: str, *args: str, log4j: bool = True) -> list[str]:
-        cmd = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka_classpath()]
+        """java running `main` (Kafka 4's name; this version's class: main_class()) on this version's jars."""
+        cmd = java_command(self.version, main, *args, heap=self.heap)
         if log4j:
-            cmd.append(f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}")
-        return cmd + [main, *args]
+            cmd.insert(1, f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}")
+        return cmd
 
     def _write_config(self) -> Path:
         self.port, self.controller_port = _free_port(), _free_port()
+        if self.major >= 4:  # the voters come from the log, bootstrapped by `format --standalone`
+            quorum = {"controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}"}
+        else:  # a static voter set, by node id (the port may change between starts)
+            quorum = {"controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}"}
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
+            **quorum,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
-            "log.dirs": str(self.log_dir),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs),
             **self.configs,
         }
         path = self.workdir / "server.properties"
@@ -142,8 +214,9 @@ class KafkaBroker:
             cluster_id = "-"
             while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: no id the tool reads as an option
                 cluster_id = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+            standalone = ["--standalone"] if self.major >= 4 else []
             done = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--standalone"),
+                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *standalone),
                 capture_output=True,
                 text=True,
             )
@@ -234,6 +307,14 @@ class KafkaBroker:
 
     # ---- Kafka's own clients and tools ----
 
+    def _for_this_version(self, command: dict) -> dict:
+        """A KafkaTool command with its topic configs (createTopic's configs, alterConfigs' set) as this version
+        takes them (topic_configs())."""
+        key = {"createTopic": "configs", "alterConfigs": "set"}.get(command.get("op", ""))
+        if key is None or not command.get(key):
+            return command
+        return {**command, key: topic_configs(command[key], self.version)}
+
     def tool(self, *commands: dict) -> list:
         """Run KafkaTool commands (Kafka's Java producer, consumer, admin) in one JVM; one result each."""
         cmd = [
@@ -244,11 +325,12 @@ class KafkaBroker:
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-Dlog4j2.level=WARN",
             "-cp",
-            f"{jars.kafka_classpath()}{os.pathsep}{tool_classes()}",
+            f"{jars.kafka_classpath(self.version)}{os.pathsep}{tool_classes(self.version)}",
             "KafkaTool",
             self.bootstrap,
         ]
-        done = subprocess.run(cmd, input=json.dumps(list(commands)), capture_output=True, text=True)
+        sent = [self._for_this_version(c) for c in commands]
+        done = subprocess.run(cmd, input=json.dumps(sent), capture_output=True, text=True)
         if done.returncode != 0:
             raise BrokerError(
                 f"KafkaTool {[c['op'] for c in commands]} failed:\n"
@@ -258,12 +340,19 @@ class KafkaBroker:
             )
         return json.loads(done.stdout)
 
-    def dump_log(self, files: Iterable[str | os.PathLike], *flags: str) -> str:
-        """Kafka's DumpLogSegments (kafka-dump-log.sh) over these files."""
+    def dump_log_output(self, files: Iterable[str | os.PathLike], *flags: str) -> tuple[str, str]:
+        """This version's DumpLogSegments (kafka-dump-log.sh) over these files: (stdout, stderr). Its stderr holds
+        its report of index entries that do not match the log and of non-consecutive offsets."""
         args = ["--files", ",".join(str(f) for f in files), *flags]
         done = subprocess.run(
             self._java("org.apache.kafka.tools.DumpLogSegments", *args, log4j=False), capture_output=True, text=True
         )
         if done.returncode != 0:
             raise BrokerError(f"DumpLogSegments {args} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        return done.stdout
+        if self.major < 4:  # as 4.x prints it (the module's docstring: tool output)
+            return BATCHLESS_ENTRY.sub(r"\1", done.stdout), done.stderr
+        return done.stdout, done.stderr
+
+    def dump_log(self, files: Iterable[str | os.PathLike], *flags: str) -> str:
+        """This version's DumpLogSegments (kafka-dump-log.sh) over these files: what it prints on stdout."""
+        return self.dump_log_output(files, *flags)[0]

@@ -1,11 +1,12 @@
 """Real Kafka's jars, resolved once with Maven into a cache outside the repository.
 
-Two classpaths: the Kafka broker with its tools and clients (kafka-pom.xml), and Spark's Kafka connector for
-the installed pyspark (spark-kafka-pom.xml). The cache is `$KAFKALOG_JARS_DIR`, else
+Two kinds of classpath: the Kafka broker with its tools and clients (kafka-pom.xml), one per Kafka version the
+tests run (KAFKA_VERSIONS: the newest 4.x and the last 3.x line), and Spark's Kafka connector for the installed
+pyspark (spark-kafka-pom.xml). The cache is `$KAFKALOG_JARS_DIR`, else
 `$XDG_CACHE_HOME/kafkalog-ds/jars`, else `~/.cache/kafkalog-ds/jars`; a directory is only used once a
 `.complete` file says Maven finished filling it, so an interrupted resolution is redone.
 
-    python tools/realkafka/jars.py     resolve both (what .ci/run does), print the directories
+    python tools/realkafka/jars.py     resolve them all (what .ci/run does), print the directories
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ CONNECTOR_POM = HERE / "spark-kafka-pom.xml"
 # Maven Central serves Spark's artifacts up to 4.2.0: a newer pyspark gets the newest connector served
 # (tests/spark/test_kafka_connector_side_by_side.py runs it there and docs/spark.md says how that was checked).
 NEWEST_CONNECTOR = "4.2.0"
+# The brokers the tests run, newest first: every `kafka_broker` test runs on each (tests/conftest.py). The newest
+# is the default everywhere a version is not named (benchmarks, the docs' Kafka installation, the connector tests).
+KAFKA_VERSIONS = ("4.4.0", "3.9.1")
+NEWEST_KAFKA = KAFKA_VERSIONS[0]
 NEEDS = (
     "the real-Kafka tests need Java 17 and Maven (`java`, `mvn` on PATH) to fetch Kafka "
-    "4.4.0 and Spark's Kafka connector from Maven Central"
+    f"{' and '.join(KAFKA_VERSIONS)} and Spark's Kafka connector from Maven Central"
 )
 
 
@@ -74,13 +79,13 @@ def _resolve(pom: Path, name: str, properties: dict[str, str]) -> Path:
     return out
 
 
-def kafka_dir() -> Path:
-    """The directory of the broker's classpath: kafka_2.13, kafka-tools, kafka-clients and their dependencies."""
-    return _resolve(KAFKA_POM, "kafka", {})
+def kafka_dir(version: str = NEWEST_KAFKA) -> Path:
+    """The directory of a Kafka version's classpath: kafka_2.13, kafka-tools, kafka-clients and their dependencies."""
+    return _resolve(KAFKA_POM, f"kafka-{version}", {"kafka.version": version})
 
 
-def kafka_classpath() -> str:
-    return str(kafka_dir() / "*")
+def kafka_classpath(version: str = NEWEST_KAFKA) -> str:
+    return str(kafka_dir(version) / "*")
 
 
 def connector_version(pyspark_version: str) -> str:
@@ -102,7 +107,8 @@ def connector_jars(pyspark_version: str | None = None) -> list[str]:
 
 def main() -> int:
     try:
-        print("kafka:", kafka_dir())
+        for version in KAFKA_VERSIONS:
+            print(f"kafka {version}:", kafka_dir(version))
         print("spark-kafka:", ",".join(connector_jars()))
     except Unavailable as e:
         print(f"realkafka: {e}", file=sys.stderr)

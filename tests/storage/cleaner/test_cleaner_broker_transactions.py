@@ -188,5 +188,7 @@ def test_markers_whose_data_is_gone_get_a_delete_horizon_as_on_the_broker(kafka_
         side: {b for b, c, h in state[1] if c and h is not None} for side, state in (("kafka", kafka), ("ours", ours))
     }
     stamped = {side: [b for b, c, h in state[1] if c and h is not None] for side, state in (("k", kafka), ("o", ours))}
-    assert len(stamped["k"]) == 4 and stamped["o"] == stamped["k"]
-    assert len(before[2]) == 3 and kafka[2] == ours[2] == set()  # round 1 kept the entries; round 2 drops them
+    # Kafka 4 stamps 4 markers here, 3.9 three (the broker is the reference: kafkalog stamps what it stamps)
+    assert len(stamped["k"]) == (4 if broker.major >= 4 else 3) and stamped["o"] == stamped["k"]
+    # round 1 kept the entries; round 2 drops them (3.9 keeps the one of the marker it did not stamp)
+    assert len(before[2]) == 3 and kafka[2] == ours[2] and len(kafka[2]) == (0 if broker.major >= 4 else 1)

@@ -31,7 +31,7 @@ from kafkalog_ds.cli import main  # noqa: E402
 from storage.log_manager import LogManager  # noqa: E402
 from storage.tables.table_state import TABLES_DIR, read_state  # noqa: E402
 from tests.helpers.broker_checks import BAD_SIGNS  # noqa: E402
-from tools.realkafka import jars  # noqa: E402
+from tools.realkafka.broker import java_command  # noqa: E402
 
 TOPIC = "kl-table-export"
 PARTITIONS = 2
@@ -119,9 +119,9 @@ def _broker_read(broker) -> tuple[dict, list[tuple]]:
 
 
 def _kafka_topics(broker, *args: str) -> subprocess.CompletedProcess:
-    """Kafka's kafka-topics.sh (org.apache.kafka.tools.TopicCommand) against the broker."""
-    cmd = ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", jars.kafka_classpath()]
-    cmd += ["org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.bootstrap, *args]
+    """The broker's version of Kafka's kafka-topics.sh (org.apache.kafka.tools.TopicCommand) against it."""
+    main = "org.apache.kafka.tools.TopicCommand"
+    cmd = java_command(broker.version, main, "--bootstrap-server", broker.bootstrap, *args, heap="256m")
     return subprocess.run(cmd, capture_output=True, text=True)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import subprocess
 import time
 
 import pyarrow as pa
@@ -29,7 +28,6 @@ from storage.staging.record_stager import RecordStager
 from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 from storage.transactions.transaction_coordinator import ABORT, decide
-from tools.realkafka import jars
 
 TOPIC = "txn-sink"
 PARTITIONS = 2
@@ -126,18 +124,12 @@ def test_the_broker_loads_the_sinks_transactions_and_reads_committed_as_the_mode
         entries.update({TopicPartition(TOPIC, p): ends[p] for p in range(PARTITIONS)})
         (log_dir / name).write_bytes(format_checkpoint(entries))
     files = sorted(str(log_dir / f"{TOPIC}-{p}" / n) for p in range(PARTITIONS) for n in ["0" * 20 + ".txnindex"])
-    dump = subprocess.run(
-        ["java", "-Xmx256m", "-cp", jars.kafka_classpath(), "org.apache.kafka.tools.DumpLogSegments"]
-        + ["--files", ",".join(files + [f.replace(".txnindex", ".log") for f in files]), "--print-data-log"],
-        capture_output=True,
-        text=True,
-    )
-    assert dump.returncode == 0, dump.stderr[-2000:]
+    stdout = b.dump_log(files + [f.replace(".txnindex", ".log") for f in files], "--print-data-log")  # its version's
     # per partition: the first attempt of batch 1 (partition 0 only) and batch 2 aborted; 2 COMMITs, 2 or 1 ABORTs
-    assert dump.stdout.count("endTxnMarker: ABORT coordinatorEpoch: 0") == 3, dump.stdout[-3000:]
-    assert dump.stdout.count("endTxnMarker: COMMIT coordinatorEpoch: 0") == 4
-    assert dump.stdout.count(f"version: 0 producerId: {W} firstOffset: ") == 3  # the .txnindex entries
-    assert "isTransactional: true" in dump.stdout
+    assert stdout.count("endTxnMarker: ABORT coordinatorEpoch: 0") == 3, stdout[-3000:]
+    assert stdout.count("endTxnMarker: COMMIT coordinatorEpoch: 0") == 4
+    assert stdout.count(f"version: 0 producerId: {W} firstOffset: ") == 3  # the .txnindex entries
+    assert "isTransactional: true" in stdout
     b.start()
     for p in range(PARTITIONS):
         b.wait_for_log(f"Completed load of Log(dir={log_dir / f'{TOPIC}-{p}'}")
