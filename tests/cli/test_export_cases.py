@@ -53,7 +53,7 @@ from storage.staging.staged_commit import commit_staged
 from storage.topic_partition import TopicPartition
 from storage.transactions.transaction_coordinator import ABORT, decide
 from tests.helpers import broker_checks
-from tests.helpers.broker_checks import bad_lines, differences, kafkalog_records, wait
+from tests.helpers.broker_checks import bad_lines, differences, expected_loads, kafkalog_records, wait
 
 PARTITIONS = 2
 COMPACT, ABORTS, LAST_ABORTED, DELETED, OPEN = "ec-compact", "ec-aborts", "ec-last-aborted", "ec-deleted", "ec-open"
@@ -335,24 +335,9 @@ def _changed(before: dict, after: dict) -> list[str]:
     )
 
 
-def _expected_loads(root: str, topic: str) -> dict[int, tuple[int, int, int]]:
-    """partition -> (segments, log start, log end) the broker must load: the segments the export writes (those
-    holding records at or above the log start, and the last), the log start, the log end."""
-    lm = LogManager(root)
-    out = {}
-    for tp in lm.partitions(topic):
-        with lm.open_log(tp) as log:
-            segs, start = log.segments, log.log_start_offset
-            counts = [
-                sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start()) for s in segs
-            ]
-            kept = [
-                s.base_offset
-                for i, s in enumerate(segs)
-                if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
-            ]
-            out[tp.partition] = (len(kept), max(start, kept[0]), log.log_end_offset)
-    return out
+def _loads(root: str, topic: str) -> dict[int, tuple[int, int, int]]:
+    """partition -> (segments, log start, log end) the broker must load (broker_checks.expected_loads)."""
+    return {tp.partition: v for tp, v in expected_loads(LogManager(root), topic).items()}
 
 
 def _stamps(root: str, topic: str) -> dict[int, dict[int, tuple[int, str]]]:
@@ -711,7 +696,7 @@ def test_the_broker_loads_every_exported_partition_as_kafkalog_holds_it(sources,
         if topic in ALL_TOPICS:
             assert (topic, int(p)) not in loaded, f"{topic}-{p} loaded twice"
             loaded[topic, int(p)] = (int(m["segments"]), int(m["start"]), int(m["end"]))
-    expected = {(t, p): v for t in EXPORTED for p, v in _expected_loads(sources["root"], t).items()}
+    expected = {(t, p): v for t in EXPORTED for p, v in _loads(sources["root"], t).items()}
     expected |= {(OPEN, p): (1, 0, 0) for p in range(PARTITIONS)}
     assert loaded == expected
     assert all(segments > 1 for (t, _), (segments, _, _) in loaded.items() if t != OPEN)

@@ -41,7 +41,7 @@ from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
 from storage.transactions.transaction_coordinator import marker_batch
 from tests.helpers import REPO
-from tests.helpers.broker_checks import bad_lines, differences, kafkalog_records
+from tests.helpers.broker_checks import bad_lines, differences, expected_loads, kafkalog_records
 from tests.helpers.export_rounds import (
     ISOLATIONS,
     append_on_top,
@@ -49,8 +49,6 @@ from tests.helpers.export_rounds import (
     consume_commands,
     consumed_by_isolation,
     create_topics,
-    engine_records,
-    expected_loads,
     loads,
     log_dirs_of,
     partition_dirs,
@@ -261,7 +259,7 @@ def s3_source(s3_server):
         url=url,
         fs_args=fs_args,
         lm=lm,
-        expected={iso: engine_records(lm, S3_TOPIC, iso) for iso in ISOLATIONS},
+        expected={iso: kafkalog_records(lm, S3_TOPIC, iso) for iso in ISOLATIONS},
         shape=expected_loads(lm, S3_TOPIC),
     )
 

@@ -41,7 +41,7 @@ from storage.records.record_batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_
 from storage.staging.record_stager import ADOPT_MIN_BYTES
 from storage.topic_partition import TopicPartition
 from tests.helpers import broker_checks
-from tests.helpers.broker_checks import LOAD_RE, bad_lines, differences, kafkalog_records, wait
+from tests.helpers.broker_checks import LOAD_RE, bad_lines, differences, expected_loads, kafkalog_records, wait
 
 PARTITIONS = 3
 SEGMENT_BYTES = 128 * 1024  # adoption threshold: half of it, 64 KiB of a partition's staging log
@@ -189,22 +189,13 @@ def handoff_input(spark_session, tmp_path_factory):
 
     # what kafkalog holds: records, and the partitions' shape as the broker must load it
     records = {t: kafkalog_records(root, t) for t in TOPICS}
-    shape = {}  # partition -> (segments the broker must load, its log start, log end, kafkalog's segment sizes)
+    # partition -> (segments the broker must load, its log start, log end, kafkalog's segment sizes)
     lm = LogManager(root)
+    shape = {}
     for t in TOPICS:
-        for tp in lm.partitions(t):
+        for tp, load in expected_loads(lm, t).items():
             with lm.open_log(tp) as log:
-                segs, start = log.segments, log.log_start_offset
-                counts = [
-                    sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start()) for s in segs
-                ]
-                # left out: segments wholly below the log start, and those holding no record (but the last)
-                kept = [
-                    s.base_offset
-                    for i, s in enumerate(segs)
-                    if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
-                ]
-                shape[tp] = (len(kept), max(start, kept[0]), log.log_end_offset, [s.size for s in segs])
+                shape[tp] = (*load, [s.size for s in log.segments])
     return dict(root=root, records=records, shape=shape, deleted_to=deleted_to)
 
 
@@ -814,26 +805,7 @@ def test_an_object_store_root_is_read_through_the_engine(tmp_path):
         final = struct.pack(">qi", max_ts, max_off - base)  # the max-timestamp entry a roll appends
         assert (d / f"{base:020d}.timeindex").read_bytes() in (times, times + final)
         assert batches[0]["base_offset"] == base and all(b["crc_ok"] for b in batches)
-    assert kafkalog_records(str(tmp_path / "staging"), "t") == {0: _kafkalog_records_of(lm, "t", 0)}
-
-
-def _kafkalog_records_of(lm, topic, partition):
-    rows = []
-    with lm.open_log(TopicPartition(topic, partition)) as log:
-        for batch in log.read_records(log.log_start_offset):
-            d = batch.to_pydict()
-            rows += [
-                (
-                    d["offset"][i],
-                    d["timestamp"][i],
-                    "CreateTime",
-                    d["key"][i],
-                    d["value"][i],
-                    tuple((h["key"], h["value"]) for h in d["headers"][i] or ()),
-                )
-                for i in range(batch.num_rows)
-            ]
-    return rows
+    assert kafkalog_records(str(tmp_path / "staging"), "t") == {0: kafkalog_records(lm, "t")[0]}
 
 
 def test_a_broker_holding_some_partitions_gets_those_and_is_told_of_the_others(tmp_path):

@@ -9,6 +9,7 @@ import re
 import time
 
 from storage.log_manager import LogManager
+from storage.topic_partition import TopicPartition
 from tools.realkafka.broker import BrokerError
 
 # what a broker logs when it recovers, rebuilds, truncates or sets aside what it was given
@@ -48,9 +49,12 @@ def bad_lines(log: str, topics) -> list[str]:
     ]
 
 
-def kafkalog_records(root: str, topic: str, isolation_level: str = "read_uncommitted") -> dict[int, list[tuple]]:
-    """partition -> records as kafkalog's engine reads them from its log start."""
-    lm = LogManager(root)
+def kafkalog_records(
+    root: str | LogManager, topic: str, isolation_level: str = "read_uncommitted"
+) -> dict[int, list[tuple]]:
+    """partition -> records as kafkalog's engine reads them from its log start (`root`: a path, or a LogManager
+    the caller opened, as an S3 ROOT needs with its storage options)."""
+    lm = root if isinstance(root, LogManager) else LogManager(root)
     out = {}
     for tp in lm.partitions(topic):
         rows = []
@@ -80,22 +84,7 @@ def consumed(broker, topics, partitions: int, **consume) -> dict[str, dict[int, 
     """Every record of each topic as Kafka's Java consumer returns it, in kafkalog's shape. `consume` goes into
     each consume command (for example isolation="read_committed")."""
     results = broker.tool(*({"op": "consume", "topic": t, **consume} for t in topics))
-    out = {}
-    for topic, records in zip(topics, results, strict=True):
-        per: dict[int, list[tuple]] = {p: [] for p in range(partitions)}
-        for r in records:
-            per[r["partition"]].append(
-                (
-                    r["offset"],
-                    r["timestamp"],
-                    r["timestampType"],
-                    _unb64(r["key"]),
-                    _unb64(r["value"]),
-                    tuple((k, _unb64(v)) for k, v in r["headers"]),
-                )
-            )
-        out[topic] = {p: sorted(rows) for p, rows in per.items()}
-    return out
+    return {topic: consumed_rows(records, partitions) for topic, records in zip(topics, results, strict=True)}
 
 
 def consumed_rows(records: list[dict], partitions: int) -> dict[int, list[tuple]]:
@@ -138,3 +127,25 @@ def wait(condition, what: str, broker, timeout: float = 180.0):
         if time.monotonic() > deadline:
             raise BrokerError(f"no sign of {what} after {timeout:.0f} s\n" + broker.log_tail())
         time.sleep(0.1)
+
+
+def expected_loads(lm: LogManager, topic: str, *, staged: bool = False) -> dict[TopicPartition, tuple[int, int, int]]:
+    """What the broker must load of each partition: the segments the export writes (those holding records at or
+    above the log start; a segment holding no record is left out but for the last: docs/kafka-broker.md), the log
+    start, the log end. The log start is kafkalog's, or the first exported segment's base when that lies above;
+    through a staging directory (`staged`) it is always that base: the broker's checkpoint files, where the log
+    start lives, are not the command's to write there (the delete-records JSON moves it once the broker runs)."""
+    out = {}
+    for tp in lm.partitions(topic):
+        with lm.open_log(tp) as log:
+            segs, start = log.segments, log.log_start_offset
+            counts = [
+                sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start()) for s in segs
+            ]
+            kept = [
+                s.base_offset
+                for i, s in enumerate(segs)
+                if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
+            ]
+            out[tp] = (len(kept), kept[0] if staged else max(start, kept[0]), log.log_end_offset)
+    return out

@@ -15,9 +15,13 @@ import os
 from pathlib import Path
 
 from kafkalog_ds.cli import main
-from storage.log_manager import LogManager
 from storage.topic_partition import TopicPartition
-from tests.helpers.broker_checks import LOAD_RE, TIMESTAMP_TYPES, consumed_rows, differences, wait
+from tests.helpers.broker_checks import (
+    LOAD_RE,
+    consumed_rows,
+    differences,
+    wait,
+)
 
 ISOLATIONS = ("read_uncommitted", "read_committed")
 
@@ -76,52 +80,6 @@ def loads(log: str, topics) -> dict[TopicPartition, tuple[int, int, int]]:
             tp = TopicPartition(topic, int(p))
             assert tp not in out, f"{tp} loaded twice:\n{log[-3000:]}"
             out[tp] = (int(m["segments"]), int(m["start"]), int(m["end"]))
-    return out
-
-
-def expected_loads(lm: LogManager, topic: str, *, staged: bool = False) -> dict[TopicPartition, tuple[int, int, int]]:
-    """What the broker must load of each partition: the segments the export writes (those holding records at or
-    above the log start; a segment holding no record is left out but for the last: docs/kafka-broker.md), the log
-    start, the log end. The log start is kafkalog's, or the first exported segment's base when that lies above;
-    through a staging directory (`staged`) it is always that base: the broker's checkpoint files, where the log
-    start lives, are not the command's to write there (the delete-records JSON moves it once the broker runs)."""
-    out = {}
-    for tp in lm.partitions(topic):
-        with lm.open_log(tp) as log:
-            segs, start = log.segments, log.log_start_offset
-            counts = [
-                sum(int(c.scan.headers["record_count"].sum()) for c in s.checked_chunks_from_start()) for s in segs
-            ]
-            kept = [
-                s.base_offset
-                for i, s in enumerate(segs)
-                if i + 1 == len(segs) or (segs[i + 1].base_offset > start and counts[i])
-            ]
-            out[tp] = (len(kept), kept[0] if staged else max(start, kept[0]), log.log_end_offset)
-    return out
-
-
-def engine_records(lm: LogManager, topic: str, isolation_level: str) -> dict[int, list[tuple]]:
-    """broker_checks.kafkalog_records through a LogManager the caller opened (an S3 ROOT needs its storage
-    options): partition -> records as kafkalog's engine reads them from its log start."""
-    out = {}
-    for tp in lm.partitions(topic):
-        rows = []
-        with lm.open_log(tp) as log:
-            for batch in log.read_records(log.log_start_offset, isolation_level=isolation_level):
-                d = batch.to_pydict()
-                for i in range(batch.num_rows):
-                    rows.append(
-                        (
-                            d["offset"][i],
-                            d["timestamp"][i],
-                            TIMESTAMP_TYPES[d["timestampType"][i]],
-                            d["key"][i],
-                            d["value"][i],
-                            tuple((h["key"], h["value"]) for h in d["headers"][i] or ()),
-                        )
-                    )
-        out[tp.partition] = rows
     return out
 
 

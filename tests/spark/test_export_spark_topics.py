@@ -37,7 +37,7 @@ from storage.common.time import MockTime
 from storage.log_manager import LogManager
 from storage.records.record_batch import CONTROL_FLAG_MASK, DELETE_HORIZON_FLAG_MASK
 from storage.topic_partition import TopicPartition
-from tests.helpers.broker_checks import bad_lines, differences, kafkalog_records
+from tests.helpers.broker_checks import bad_lines, differences, expected_loads, kafkalog_records
 from tests.helpers.export_rounds import (
     ISOLATIONS,
     append_on_top,
@@ -45,7 +45,6 @@ from tests.helpers.export_rounds import (
     consume_commands,
     consumed_by_isolation,
     create_topics,
-    expected_loads,
     loads,
     run_cli,
     wait_for_loads,
